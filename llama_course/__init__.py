@@ -1,0 +1,27 @@
+"""llama_course: the reference implementations behind *LLaMA from the Inside*.
+
+One module per idea, in the order the book teaches them:
+
+    config   LlamaConfig, PRESETS, ffn_hidden_dim, count_parameters   (Chapter 1)
+    loss     next_token_loss                                           (Chapters 1-2)
+    utils    get_device, seed_everything
+    plots    figures (imports matplotlib lazily)
+    grade    the exercise grader: python -m llama_course.grade [PATH]
+"""
+
+from .config import PRESETS, LlamaConfig, count_parameters, ffn_hidden_dim
+from .loss import next_token_loss
+from .utils import get_device, seed_everything
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LlamaConfig",
+    "PRESETS",
+    "count_parameters",
+    "ffn_hidden_dim",
+    "get_device",
+    "next_token_loss",
+    "seed_everything",
+    "__version__",
+]

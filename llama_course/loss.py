@@ -1,0 +1,43 @@
+"""The next-token objective (Chapter 1, worked again in Chapter 2).
+
+    L = -(1 / (T - 1)) * sum_{t=1}^{T-1} log p(x_t | x_<t)
+
+The logits at position t predict token t + 1, so the targets are the inputs shifted left by one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of predicting ``token_ids[:, t + 1]`` from ``logits[:, t]``.
+
+    logits     (batch, seq, vocab)  scores for the token that follows each position
+    token_ids  (batch, seq)         the same sequence the logits were computed from
+
+    log p = z - logsumexp(z) is computed in float32 with the maximum subtracted, so logits of
+    magnitude 1e4 give a finite loss. Returns a scalar in float32.
+    """
+    if not isinstance(logits, torch.Tensor) or not isinstance(token_ids, torch.Tensor):
+        raise TypeError("logits and token_ids must be torch.Tensors")
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be (batch, seq, vocab), got shape {tuple(logits.shape)}")
+    if token_ids.shape != logits.shape[:2]:
+        raise ValueError(f"token_ids must be (batch, seq) = {tuple(logits.shape[:2])}, "
+                         f"got {tuple(token_ids.shape)}")
+    if token_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"token_ids must be int64 or int32, got {token_ids.dtype}")
+    if logits.shape[1] < 2:
+        raise ValueError(f"need at least 2 positions to predict a next token, got seq={logits.shape[1]}")
+    vocab = logits.shape[-1]
+    if token_ids.device.type != "meta" and token_ids.numel() and (
+            token_ids.min() < 0 or token_ids.max() >= vocab):
+        raise ValueError(f"token_ids must be in [0, {vocab}), got values in "
+                         f"[{int(token_ids.min())}, {int(token_ids.max())}]")
+    z = logits[:, :-1].float()                                        # (B, T-1, V) predictions
+    targets = token_ids[:, 1:].long()                                 # (B, T-1)    what came next
+    z = z - z.amax(dim=-1, keepdim=True)                              # (B, T-1, V) max is 0: exp() <= 1
+    log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)          # (B, T-1, V) log softmax
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T-1)    log p(x_t | x_<t)
+    return -picked.mean()                                             # ()          mean negative log-likelihood
