@@ -16,8 +16,8 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
     logits     (batch, seq, vocab)  scores for the token that follows each position
     token_ids  (batch, seq)         the same sequence the logits were computed from
 
-    log p = z - logsumexp(z) is computed in float32 with the maximum subtracted, so logits of
-    magnitude 1e4 give a finite loss. Returns a scalar in float32.
+    log p = z - logsumexp(z) is computed in float32 (float64 stays float64) with the maximum
+    subtracted, so logits of magnitude 1e4 give a finite loss. Returns a scalar in that dtype.
     """
     if not isinstance(logits, torch.Tensor) or not isinstance(token_ids, torch.Tensor):
         raise TypeError("logits and token_ids must be torch.Tensors")
@@ -35,7 +35,8 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
             token_ids.min() < 0 or token_ids.max() >= vocab):
         raise ValueError(f"token_ids must be in [0, {vocab}), got values in "
                          f"[{int(token_ids.min())}, {int(token_ids.max())}]")
-    z = logits[:, :-1].float()                                        # (B, T-1, V) predictions
+    dtype = torch.promote_types(logits.dtype, torch.float32)          # bf16/fp16 -> fp32
+    z = logits[:, :-1].to(dtype)                                      # (B, T-1, V) predictions
     targets = token_ids[:, 1:].long()                                 # (B, T-1)    what came next
     z = z - z.amax(dim=-1, keepdim=True)                              # (B, T-1, V) max is 0: exp() <= 1
     log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)          # (B, T-1, V) log softmax

@@ -1,0 +1,98 @@
+"""Generate the student stubs in ``exercises/`` from the instructor's key in ``solutions/``.
+
+In a solution file each student part sits between two marker lines:
+
+    # BEGIN SOLUTION Exercise 1.1 ffn_hidden_dim (Chapter 1, section 1.5 "Anatomy of LLaMA-2 7B")
+    ...the answer...
+    # END SOLUTION
+
+The stub keeps everything else (signature, docstring, imports) and replaces the block with
+
+    raise NotImplementedError("Exercise 1.1 ffn_hidden_dim (Chapter 1, ...): not implemented yet")
+
+Usage:  python -m llama_course.stubs [--check] [SOLUTIONS_DIR] [EXERCISES_DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\b(?P<label>.*)$")
+END = re.compile(r"^[ \t]*# END SOLUTION\s*$")
+NOT_IMPLEMENTED = "not implemented yet"
+HEADER = ("# Student stub generated from solutions/{name} by `make exercises` (which overwrites it).\n"
+          "# Replace each `raise NotImplementedError(...)` with your code, then run:\n"
+          "#     python -m llama_course.grade exercises/\n")
+
+
+def make_stub(source: str, name: str = "<solution>") -> str:
+    """The student version of one solution file's text."""
+    out, label, indent = [], None, ""
+    for lineno, line in enumerate(source.splitlines(keepends=True), start=1):
+        begin, end = BEGIN.match(line), END.match(line)
+        if begin:
+            if label is not None:
+                raise ValueError(f"{name}:{lineno}: BEGIN SOLUTION inside another block")
+            label, indent = begin["label"].strip(), begin["indent"]
+            if not label:
+                raise ValueError(f"{name}:{lineno}: BEGIN SOLUTION needs a label naming the exercise "
+                                 f"and its book section")
+            out.append(f"{indent}raise NotImplementedError({label + ': ' + NOT_IMPLEMENTED!r})\n")
+        elif end:
+            if label is None:
+                raise ValueError(f"{name}:{lineno}: END SOLUTION without BEGIN SOLUTION")
+            label = None
+        elif label is None:
+            out.append(line)
+    if label is not None:
+        raise ValueError(f"{name}: BEGIN SOLUTION {label!r} is never closed")
+    return HEADER.format(name=name) + "".join(out)
+
+
+def exercise_labels(source: str) -> list[str]:
+    """The labels of every solution block in a file, e.g. ['Exercise 1.1 ffn_hidden_dim (...)']."""
+    return [m["label"].strip() for m in map(BEGIN.match, source.splitlines()) if m]
+
+
+def expected_stubs(solutions: Path) -> dict[str, str]:
+    """{file name: stub text} for every chNN_*.py in the solutions folder."""
+    return {path.name: make_stub(path.read_text(encoding="utf-8"), path.name)
+            for path in sorted(solutions.glob("ch[0-9][0-9]_*.py"))}
+
+
+def stale_stubs(solutions: Path, exercises: Path) -> list[str]:
+    """Names of stubs that are missing, out of date, or have no solution."""
+    expected = expected_stubs(solutions)
+    present = {p.name for p in exercises.glob("ch[0-9][0-9]_*.py")}
+    stale = [name for name, text in expected.items()
+             if not (exercises / name).is_file() or (exercises / name).read_text(encoding="utf-8") != text]
+    return sorted(stale + [name for name in present - expected.keys()])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llama_course.stubs", description=__doc__.splitlines()[0])
+    parser.add_argument("solutions", nargs="?", default="solutions", type=Path)
+    parser.add_argument("exercises", nargs="?", default="exercises", type=Path)
+    parser.add_argument("--check", action="store_true", help="only report stale stubs (exit 1 if any)")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_stubs(args.solutions, args.exercises)
+        for name in stale:
+            print(f"stale: {args.exercises / name} (run `make exercises`)")
+        return 1 if stale else 0
+    args.exercises.mkdir(parents=True, exist_ok=True)
+    expected = expected_stubs(args.solutions)
+    for orphan in sorted({p.name for p in args.exercises.glob("ch[0-9][0-9]_*.py")} - expected.keys()):
+        (args.exercises / orphan).unlink()
+        print(f"removed {args.exercises / orphan} (no solution)")
+    for name, text in expected.items():
+        (args.exercises / name).write_text(text, encoding="utf-8")
+        print(f"wrote {args.exercises / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

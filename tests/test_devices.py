@@ -1,0 +1,73 @@
+"""Device selection, seeding, and the rule that no function creates a tensor off its inputs' device."""
+
+import random
+
+import pytest
+import torch
+
+import llama_course
+from llama_course import get_device, next_token_loss, seed_everything
+
+
+def test_get_device_prefers_accelerators(monkeypatch):
+    monkeypatch.delenv("LLAMA_COURSE_DEVICE", raising=False)
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert get_device().type == expected
+
+
+def test_get_device_environment_override(monkeypatch):
+    monkeypatch.setenv("LLAMA_COURSE_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+    monkeypatch.setenv("LLAMA_COURSE_DEVICE", "not-a-device")
+    with pytest.raises(ValueError, match="LLAMA_COURSE_DEVICE"):
+        get_device()
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("LLAMA_COURSE_DEVICE", "cuda")
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            get_device()
+
+
+def test_seed_everything_reproduces_every_generator():
+    def draw():
+        return random.random(), torch.rand(3).tolist()
+
+    seed_everything(123)
+    first = draw()
+    generator = seed_everything(123)
+    assert draw() == first
+    assert generator.initial_seed() == 123
+    with pytest.raises(TypeError, match="seed"):
+        seed_everything(1.5)
+    with pytest.raises(ValueError, match="seed"):
+        seed_everything(-1)
+
+
+# Every reference function that takes tensors, called on `meta` inputs: it must return meta
+# tensors. A function that creates a tensor without device= would put it on the CPU and fail
+# (meta and cpu tensors do not mix). Later chapters add their functions here.
+META_CASES = {
+    "next_token_loss": lambda: next_token_loss(torch.empty(2, 5, 11, device="meta"),
+                                               torch.empty(2, 5, dtype=torch.long, device="meta")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_CASES))
+def test_reference_functions_stay_on_the_meta_device(name):
+    out = META_CASES[name]()
+    tensors = out if isinstance(out, (tuple, list)) else [out]
+    assert all(t.device.type == "meta" for t in tensors)
+
+
+def test_meta_device_catches_a_stray_cpu_tensor():
+    """The meta check above can fail: a function that forgets device= is caught."""
+    def careless(x):
+        return x + torch.ones(x.shape[-1])  # created on the CPU
+
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        careless(torch.empty(2, 3, device="meta"))
+
+
+def test_public_api_is_exported():
+    for name in ("get_device", "seed_everything", "LlamaConfig", "PRESETS", "ffn_hidden_dim",
+                 "count_parameters", "next_token_loss", "__version__"):
+        assert hasattr(llama_course, name), name
