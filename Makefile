@@ -43,7 +43,7 @@ test: install test-unit test-package test-notebooks test-book
 # Package unit tests; graded tests against solutions/ (must score 100%); exercises/ in sync
 # with solutions/; the grader end to end (solutions full marks, stubs 0, hostile code isolated).
 test-unit: install
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile tests --impl=solutions
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist load tests --impl=solutions
 	$(PY) -m llama_course.stubs --check
 
 # The same graded tests against the package's reference implementation.
