@@ -4,12 +4,15 @@ One module per idea, in the order the book teaches them:
 
     config   LlamaConfig, PRESETS, ffn_hidden_dim, count_parameters   (Chapter 1)
     loss     next_token_loss                                           (Chapters 1-2)
+    embedding  embed                                                   (Chapter 2)
+    tokenizer  train_bpe, BPETokenizer, llama3_tokenizer               (Chapter 2)
     utils    get_device, seed_everything
     plots    figures (imports matplotlib lazily)
     grade    the exercise grader: python -m llama_course.grade [PATH]
 """
 
 from .config import PRESETS, LlamaConfig, count_parameters, ffn_hidden_dim
+from .embedding import embed
 from .loss import next_token_loss
 from .utils import get_device, seed_everything
 
@@ -19,6 +22,7 @@ __all__ = [
     "LlamaConfig",
     "PRESETS",
     "count_parameters",
+    "embed",
     "ffn_hidden_dim",
     "get_device",
     "next_token_loss",

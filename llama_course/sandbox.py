@@ -355,6 +355,13 @@ def _describe(err: BaseException, prefix: str = "") -> tuple[str, str, str]:
     return name, prefix + message, "".join(traceback.format_list(frames[-8:]))
 
 
+def _plain_key(key) -> bool:
+    """Dictionary keys that travel by value: exact str, int, bytes, or tuples of them."""
+    if type(key) in (str, int, bytes):
+        return True
+    return type(key) is tuple and all(_plain_key(k) for k in key)
+
+
 def _pack(value, objects: dict[int, object], depth: int = 0):
     """Plain data goes back by value (exact builtin types only); anything else by handle."""
     if depth > 50:
@@ -373,7 +380,7 @@ def _pack(value, objects: dict[int, object], depth: int = 0):
         return _pack(value.item(), objects, depth + 1)
     if isinstance(value, (list, tuple)):
         return (list if isinstance(value, list) else tuple)(_pack(v, objects, depth + 1) for v in value)
-    if isinstance(value, dict) and all(type(k) in (str, int) for k in value):
+    if isinstance(value, dict) and all(_plain_key(k) for k in value):
         return {k: _pack(v, objects, depth + 1) for k, v in value.items()}
     handle = len(objects)
     objects[handle] = value

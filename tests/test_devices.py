@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import llama_course
-from llama_course import get_device, next_token_loss, seed_everything
+from llama_course import embed, get_device, next_token_loss, seed_everything
 
 
 def test_get_device_prefers_accelerators(monkeypatch):
@@ -48,6 +48,8 @@ def test_seed_everything_reproduces_every_generator():
 META_CASES = {
     "next_token_loss": lambda: next_token_loss(torch.empty(2, 5, 11, device="meta"),
                                                torch.empty(2, 5, dtype=torch.long, device="meta")),
+    "embed": lambda: embed(torch.empty(1, 6, dtype=torch.long, device="meta"),
+                           torch.empty(32000, 4096, device="meta")),  # LLaMA-2 7B's table, no memory
 }
 
 
@@ -69,5 +71,15 @@ def test_meta_device_catches_a_stray_cpu_tensor():
 
 def test_public_api_is_exported():
     for name in ("get_device", "seed_everything", "LlamaConfig", "PRESETS", "ffn_hidden_dim",
-                 "count_parameters", "next_token_loss", "__version__"):
+                 "count_parameters", "next_token_loss", "embed", "__version__"):
         assert hasattr(llama_course, name), name
+
+
+def test_embed_on_every_device(device):
+    weight = torch.randn(10, 4, device=device, dtype=torch.float16 if device.type != "cpu" else torch.bfloat16)
+    out = embed(torch.tensor([[3, 9]], device=device), weight)
+    assert out.device.type == device.type and out.dtype == weight.dtype and out.shape == (1, 2, 4)
+    with pytest.raises(ValueError, match="token_ids"):
+        embed(torch.tensor([10], device=device), weight)
+    with pytest.raises(TypeError, match="token_ids"):
+        embed(torch.tensor([1.0], device=device), weight)

@@ -1,0 +1,374 @@
+"""Byte-level byte-pair encoding (BPE), trained from scratch (Chapter 2).
+
+Text -> UTF-8 bytes -> pre-tokens (a regex splits text into word-like pieces; merges never
+cross a piece boundary) -> merges. Training starts from the 256 single bytes and repeatedly
+joins the most frequent adjacent pair of tokens into a new token:
+
+    for step in 1 .. vocab_size - 256 - len(special_tokens):
+        (a, b) = argmax over adjacent pairs of count(a, b)      # ties: the greater (bytes(a), bytes(b))
+        new token id 256 + step - 1 with bytes(a) + bytes(b)
+
+Special tokens (e.g. "<|endoftext|>") are cut out of the text before pre-tokenization: they are
+never split and never merged, and get the last ids of the vocabulary.
+
+Encoding follows tiktoken's rule (the one Llama 3 uses): a piece that is itself a token is that
+token; otherwise repeatedly join the adjacent pair whose concatenation has the lowest rank
+(the rank of a token is its id, the order in which training created it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import operator
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import regex
+
+# GPT-2's pre-tokenizer: contractions, words with an optional leading space, numbers,
+# punctuation runs, and whitespace (a run before a word leaves its last space to the word).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+FORMAT = "llama-course-bpe"
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer: ``vocab`` (id -> bytes), ``merges``, special tokens, a pattern.
+
+    vocab           {id: token bytes}; must contain all 256 single bytes
+    merges          [(bytes_a, bytes_b), ...] in the order training learned them (may be empty
+                    for a vocabulary given only as ranks, like Llama 3's)
+    special_tokens  strings that are never split; an id is added for any not already in vocab
+    pattern         the pre-tokenization regex (``regex`` syntax); GPT-2's by default
+    """
+
+    def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]] = (),
+                 special_tokens: Iterable[str] = (), pattern: str | None = None):
+        self.vocab = dict(vocab)
+        self.merges = [tuple(m) for m in merges]
+        self.pattern = GPT2_PATTERN if pattern is None else pattern
+        self._regex = regex.compile(self.pattern)
+        self._rank = {token: i for i, token in self.vocab.items()}  # bytes -> id (= rank)
+        if len(self._rank) != len(self.vocab):
+            raise ValueError("vocab has two ids with the same bytes")
+        missing = [b for b in range(256) if bytes([b]) not in self._rank]
+        if missing:
+            raise ValueError(f"vocab must contain all 256 single bytes; missing {missing[:8]}...")
+        self.special_tokens: dict[str, int] = {}
+        for token in special_tokens:
+            if not isinstance(token, str):
+                raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
+            data = token.encode("utf-8")
+            if data not in self._rank:
+                new_id = max(self.vocab) + 1
+                self.vocab[new_id] = data
+                self._rank[data] = new_id
+            self.special_tokens[token] = self._rank[data]
+        for token, token_id in self.special_tokens.items():
+            del self._rank[token.encode("utf-8")]  # specials are never produced by merging
+        ordered = sorted(self.special_tokens, key=len, reverse=True)  # longest first wins
+        self._special_regex = regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
+        self._cache: dict[str, list[int]] = {}
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special tokens in the text become their own ids."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        ids: list[int] = []
+        for chunk, is_special in self._split_special(text):
+            if is_special:
+                ids.append(self.special_tokens[chunk])
+            else:
+                for piece in self._regex.findall(chunk):
+                    ids.extend(self._encode_piece(piece))
+        return ids
+
+    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
+        """Stream token ids from an iterable of strings (e.g. an open file, line by line).
+
+        Gives exactly ``encode("".join(iterable))``. Memory stays bounded: each chunk is split
+        into pre-tokens in the context of what follows it, and only the last two pre-tokens
+        (which the next chunk could still change) and any tail that might begin a special token
+        are held back.
+        """
+        buffer = ""
+        for chunk in iterable:
+            if not isinstance(chunk, str):
+                raise TypeError(f"iterable must yield str, got {type(chunk).__name__}")
+            buffer += chunk
+            pieces = self._pieces(buffer[:self._special_safe_end(buffer)])
+            ready = pieces[:-2]  # the last two pieces may still grow or split
+            for start, piece, is_special in ready:
+                yield from [self.special_tokens[piece]] if is_special else self._encode_piece(piece)
+            if ready:
+                buffer = buffer[pieces[-2][0]:]
+        if buffer:
+            yield from self.encode(buffer)
+
+    def _special_safe_end(self, text: str) -> int:
+        """Length of the prefix of ``text`` that cannot be the start of a special token."""
+        end = len(text)
+        for token in self.special_tokens:
+            for k in range(min(len(token) - 1, len(text)), 0, -1):
+                if text.endswith(token[:k]):
+                    end = min(end, len(text) - k)
+                    break
+        return end
+
+    def _pieces(self, text: str) -> list[tuple[int, str, bool]]:
+        """(start, text, is_special) of every pre-token of ``text``, special tokens included."""
+        pieces = []
+        for chunk_start, chunk, is_special in self._split_special_with_offsets(text):
+            if is_special:
+                pieces.append((chunk_start, chunk, True))
+            else:
+                pieces.extend((chunk_start + m.start(), m.group(), False) for m in self._regex.finditer(chunk))
+        return pieces
+
+    def _split_special(self, text: str):
+        for _, chunk, is_special in self._split_special_with_offsets(text):
+            yield chunk, is_special
+
+    def _split_special_with_offsets(self, text: str):
+        if self._special_regex is None:
+            if text:
+                yield 0, text, False
+            return
+        position = 0
+        for m in self._special_regex.finditer(text):
+            if m.start() > position:
+                yield position, text[position:m.start()], False
+            yield m.start(), m.group(), True
+            position = m.end()
+        if position < len(text):
+            yield position, text[position:], False
+
+    def _encode_piece(self, piece: str) -> list[int]:
+        cached = self._cache.get(piece)
+        if cached is not None:
+            return cached
+        data = piece.encode("utf-8")
+        whole = self._rank.get(data)
+        if whole is not None:
+            ids = [whole]
+        else:
+            parts = [data[i:i + 1] for i in range(len(data))]  # one part per byte
+            while len(parts) > 1:
+                # the adjacent pair whose concatenation has the lowest rank
+                best, best_rank = -1, None
+                for i in range(len(parts) - 1):
+                    rank = self._rank.get(parts[i] + parts[i + 1])
+                    if rank is not None and (best_rank is None or rank < best_rank):
+                        best, best_rank = i, rank
+                if best_rank is None:
+                    break
+                parts[best:best + 2] = [parts[best] + parts[best + 1]]
+            ids = [self._rank[p] for p in parts]
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        self._cache[piece] = ids
+        return ids
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``. Bytes that do not form valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The exact bytes of ``ids``."""
+        out = []
+        for token_id in ids:
+            if isinstance(token_id, bool) or not hasattr(token_id, "__index__"):
+                raise TypeError(f"ids must be ints, got {type(token_id).__name__}")
+            token_id = operator.index(token_id)
+            token = self.vocab.get(token_id)
+            if token is None:
+                raise ValueError(f"token id {token_id} is not in the vocabulary (size {len(self.vocab)})")
+            out.append(token)
+        return b"".join(out)
+
+    # ------------------------------------------------------------------ inspection
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def id_to_token(self, token_id: int) -> str:
+        """A readable form of one token: GPT-2's byte-to-character map (space shows as Ġ)."""
+        return _show(self.decode_bytes([token_id]))
+
+    # ------------------------------------------------------------------ save / load
+
+    def save(self, path: str | Path) -> None:
+        """Write a readable JSON file: tokens in GPT-2's printable byte map ("Ġthe"), merges in order."""
+        specials = set(self.special_tokens.values())
+        data = {
+            "format": FORMAT,
+            "version": 1,
+            "pattern": self.pattern,
+            "special_tokens": self.special_tokens,
+            "merges": [f"{_show(a)} {_show(b)}" for a, b in self.merges],
+            "vocab": {_show(token): i for i, token in sorted(self.vocab.items()) if i not in specials},
+        }
+        Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BPETokenizer":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a {FORMAT} file")
+        vocab = {i: _unshow(token) for token, i in data["vocab"].items()}
+        vocab.update({i: token.encode("utf-8") for token, i in data["special_tokens"].items()})
+        merges = [tuple(_unshow(part) for part in line.split(" ")) for line in data["merges"]]
+        return cls(vocab, merges, list(data["special_tokens"]), data["pattern"])
+
+
+# GPT-2's reversible map from the 256 byte values to printable characters.
+def _byte_to_char() -> dict[int, str]:
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_TO_CHAR = _byte_to_char()
+_FROM_CHAR = {c: b for b, c in _TO_CHAR.items()}
+
+
+def _show(token: bytes) -> str:
+    return "".join(_TO_CHAR[b] for b in token)
+
+
+def _unshow(text: str) -> bytes:
+    return bytes(_FROM_CHAR[c] for c in text)
+
+
+# ---------------------------------------------------------------------------- training
+
+def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_tokens: Iterable[str] = (),
+              pattern: str | None = None) -> BPETokenizer:
+    """Train a byte-level BPE tokenizer with ``vocab_size`` tokens (256 bytes + merges + specials).
+
+    Pre-tokens are counted once; each merge then updates only the pair counts of the words that
+    contain the merged pair, and a heap finds the most frequent pair (ties: the pair whose
+    (bytes_a, bytes_b) is lexicographically greatest, as in GPT-2's and CS336's reference).
+    If the text runs out of pairs first, a warning says so and the vocabulary is smaller.
+    An iterable is a stream of documents: no pre-token spans two of its strings.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    special_tokens = list(special_tokens)
+    for token in special_tokens:
+        if not isinstance(token, str):
+            raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
+    if len(set(special_tokens)) != len(special_tokens):
+        raise ValueError("special_tokens has duplicates")
+    if vocab_size < 256 + len(special_tokens):
+        raise ValueError(f"vocab_size must be at least 256 + {len(special_tokens)} special tokens, got {vocab_size}")
+    texts = [text_or_iterable] if isinstance(text_or_iterable, str) else text_or_iterable
+    pattern = GPT2_PATTERN if pattern is None else pattern
+    pre_tokenizer = regex.compile(pattern)
+    splitter = regex.compile("|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))) \
+        if special_tokens else None
+
+    # 1. count each distinct pre-token once
+    counts: Counter[bytes] = Counter()
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str or an iterable of str, got {type(text).__name__}")
+        for part in (splitter.split(text) if splitter else [text]):
+            counts.update(m.encode("utf-8") for m in pre_tokenizer.findall(part))
+    words = [list(word) for word in counts]           # each word as a list of token ids
+    freqs = list(counts.values())
+
+    # 2. pair counts, and which words hold each pair
+    vocab = {i: bytes([i]) for i in range(256)}
+    pair_counts: Counter[tuple[int, int]] = Counter()
+    where: dict[tuple[int, int], set[int]] = {}
+    for w, (ids, f) in enumerate(zip(words, freqs)):
+        for pair in zip(ids, ids[1:]):
+            pair_counts[pair] += f
+            where.setdefault(pair, set()).add(w)
+    reverse = {i: _reversed_order(vocab[i]) for i in vocab}
+    heap = [(-c, reverse[a], reverse[b], a, b) for (a, b), c in pair_counts.items()]
+    heapq.heapify(heap)
+
+    # 3. merge
+    merges: list[tuple[bytes, bytes]] = []
+    n_merges = vocab_size - 256 - len(special_tokens)
+    while len(merges) < n_merges:
+        while heap and pair_counts.get((heap[0][3], heap[0][4]), 0) != -heap[0][0]:
+            heapq.heappop(heap)  # stale entry: the count changed after it was pushed
+        if not heap:
+            warnings.warn(f"train_bpe: the text has no pairs left after {len(merges)} merges; "
+                          f"the vocabulary has {256 + len(merges) + len(special_tokens)} tokens, "
+                          f"not {vocab_size}", stacklevel=2)
+            break
+        _, _, _, a, b = heapq.heappop(heap)
+        new_id = 256 + len(merges)
+        vocab[new_id] = vocab[a] + vocab[b]
+        reverse[new_id] = _reversed_order(vocab[new_id])
+        merges.append((vocab[a], vocab[b]))
+        changed: set[tuple[int, int]] = set()
+        for w in where.pop((a, b)):
+            old = words[w]
+            new = merge_pair(old, (a, b), new_id)
+            delta = Counter(zip(new, new[1:]))
+            delta.subtract(Counter(zip(old, old[1:])))
+            for pair, d in delta.items():
+                if d:
+                    pair_counts[pair] += d * freqs[w]
+                    changed.add(pair)
+                    if d > 0:
+                        where.setdefault(pair, set()).add(w)
+            for pair in set(zip(old, old[1:])) - set(zip(new, new[1:])):
+                if pair != (a, b):
+                    where[pair].discard(w)
+            words[w] = new
+        del pair_counts[(a, b)]
+        for pair in changed:
+            count = pair_counts.get(pair, 0)
+            if count > 0:
+                heapq.heappush(heap, (-count, reverse[pair[0]], reverse[pair[1]], *pair))
+            else:
+                pair_counts.pop(pair, None)
+    for i, token in enumerate(special_tokens):
+        vocab[256 + len(merges) + i] = token.encode("utf-8")
+    return BPETokenizer(vocab, merges, special_tokens, pattern)
+
+
+def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """Replace every non-overlapping occurrence of ``pair`` in ids, left to right, by new_id.
+
+    merge_pair([1, 2, 2, 2, 3], (2, 2), 9) == [1, 9, 2, 3]
+    """
+    a, b = pair
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _reversed_order(token: bytes) -> tuple[int, ...]:
+    """A key whose ascending order is the descending order of ``token`` (heapq is a min-heap)."""
+    return tuple(-x for x in token) + (1,)
