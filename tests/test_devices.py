@@ -7,6 +7,8 @@ import torch
 
 import llama_course
 from llama_course import embed, get_device, next_token_loss, seed_everything
+from llama_course.ffn import swiglu
+from llama_course.norm import layer_norm, rms_norm
 
 
 def test_get_device_prefers_accelerators(monkeypatch):
@@ -50,6 +52,12 @@ META_CASES = {
                                                torch.empty(2, 5, dtype=torch.long, device="meta")),
     "embed": lambda: embed(torch.empty(1, 6, dtype=torch.long, device="meta"),
                            torch.empty(32000, 4096, device="meta")),  # LLaMA-2 7B's table, no memory
+    "rms_norm": lambda: rms_norm(torch.empty(2, 3, 8, device="meta", dtype=torch.bfloat16),
+                                 torch.empty(8, device="meta", dtype=torch.bfloat16)),
+    "layer_norm": lambda: layer_norm(torch.empty(2, 8, device="meta"), torch.empty(8, device="meta"),
+                                     torch.empty(8, device="meta")),
+    "swiglu": lambda: swiglu(torch.empty(2, 3, 8, device="meta"), torch.empty(20, 8, device="meta"),
+                             torch.empty(20, 8, device="meta"), torch.empty(8, 20, device="meta")),
 }
 
 

@@ -1,0 +1,59 @@
+"""Package tests for norm.py and ffn.py beyond the graded ones: modules, dtypes, bad input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llama_course.ffn import SwiGLU, silu, swiglu
+from llama_course.norm import RMSNorm, layer_norm, rms_norm
+
+
+def test_bf16_input_equals_float32_then_cast(device):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 128, generator=g) * 5).to(device)
+    w = torch.ones(128, device=device)
+    from_bf16 = rms_norm(x.bfloat16(), w.bfloat16())
+    from_fp32 = rms_norm(x.bfloat16().float(), w).bfloat16()  # same input values, cast at the end
+    assert from_bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(from_bf16, from_fp32, rtol=0, atol=0)
+
+
+def test_rmsnorm_module(device):
+    norm = RMSNorm(16, eps=1e-5, device=device)
+    x = torch.randn(3, 16, device=device)
+    torch.testing.assert_close(norm(x), F.rms_norm(x, (16,), norm.weight, eps=1e-5))
+    assert "16, eps=1e-05" in repr(norm)
+
+
+def test_swiglu_module(device):
+    torch.manual_seed(0)
+    ffn = SwiGLU(32, 88, device=device)
+    x = torch.randn(2, 3, 32, device=device)
+    expected = ffn.down_proj(F.silu(ffn.gate_proj(x)) * ffn.up_proj(x))
+    torch.testing.assert_close(ffn(x), expected)
+    assert sum(p.numel() for p in ffn.parameters()) == 3 * 32 * 88
+
+
+def test_bad_input():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match=r"\(8,\).*\(7,\)"):
+        rms_norm(x, torch.ones(7))
+    with pytest.raises(ValueError, match="eps"):
+        rms_norm(x, torch.ones(8), eps=0)
+    with pytest.raises(ValueError, match="eps"):
+        layer_norm(x, torch.ones(8), eps=-1.0)
+    with pytest.raises(ValueError, match="bias"):
+        layer_norm(x, torch.ones(8), torch.zeros(3))
+    with pytest.raises(ValueError, match="w_gate"):
+        swiglu(x, torch.ones(20, 7), torch.ones(20, 7), torch.ones(8, 20))
+    with pytest.raises(ValueError, match="w_down"):
+        swiglu(x, torch.ones(20, 8), torch.ones(20, 8), torch.ones(8, 21))
+    with pytest.raises(ValueError, match="w_up"):
+        swiglu(x, torch.ones(20, 8), torch.ones(21, 8), torch.ones(8, 20))
+    with pytest.raises(ValueError, match="dim"):
+        RMSNorm(0)
+
+
+def test_silu_values():
+    assert silu(torch.tensor(0.0)).item() == 0.0
+    assert silu(torch.tensor(100.0)).item() == pytest.approx(100.0)
