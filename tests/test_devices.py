@@ -7,6 +7,7 @@ import torch
 
 import llama_course
 from llama_course import embed, get_device, next_token_loss, seed_everything
+from llama_course.attention import causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from llama_course.ffn import swiglu
 from llama_course.norm import layer_norm, rms_norm
 
@@ -56,6 +57,13 @@ META_CASES = {
                                  torch.empty(8, device="meta", dtype=torch.bfloat16)),
     "layer_norm": lambda: layer_norm(torch.empty(2, 8, device="meta"), torch.empty(8, device="meta"),
                                      torch.empty(8, device="meta")),
+    "softmax": lambda: softmax(torch.empty(2, 5, device="meta", dtype=torch.float16)),
+    "causal_mask": lambda: causal_mask(3, 5, device="meta"),
+    "padding_mask": lambda: padding_mask(torch.empty(2, 5, dtype=torch.long, device="meta")),
+    "scaled_dot_product_attention": lambda: scaled_dot_product_attention(
+        *(torch.empty(2, 4, 5, 8, device="meta") for _ in range(3)), causal_mask(5, device="meta")),
+    "scaled_dot_product_attention_sdpa": lambda: scaled_dot_product_attention(
+        *(torch.empty(2, 4, 5, 8, device="meta") for _ in range(3)), causal_mask(5, device="meta"), backend="sdpa"),
     "swiglu": lambda: swiglu(torch.empty(2, 3, 8, device="meta"), torch.empty(20, 8, device="meta"),
                              torch.empty(20, 8, device="meta"), torch.empty(8, 20, device="meta")),
 }

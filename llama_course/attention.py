@@ -1,0 +1,192 @@
+"""Attention (Chapter 4): how tokens read from each other.
+
+    scores  = Q K^T / sqrt(d_k)                  (..., L_q, L_k)
+    scores  = -inf where the mask is False       True means "may attend" (torch's convention)
+    weights = softmax(scores) over the keys      each row sums to 1 (or is all 0 if fully masked)
+    out     = weights V                          (..., L_q, d_v)
+
+Multi-head attention runs H of these side by side on slices of width d / H and mixes the heads
+back with W_O. LLaMA's projections have no biases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import LlamaConfig
+
+BACKENDS = ("explicit", "sdpa")
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """exp(x - max) / sum(exp(x - max)) along ``dim``, in float32 (or wider), returned in x's dtype.
+
+    Subtracting the row maximum keeps exp() <= 1, so inputs of magnitude 1e4 are fine. A row that
+    is entirely -inf (a query allowed to see nothing) gives zeros, not NaN.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    z = x.to(torch.promote_types(x.dtype, torch.float32))
+    row_max = z.amax(dim=dim, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))  # all -inf rows
+    e = torch.exp(z - row_max)
+    total = e.sum(dim=dim, keepdim=True)
+    return (e / torch.where(total > 0, total, torch.ones_like(total))).to(x.dtype)
+
+
+def causal_mask(q_len: int, kv_len: int | None = None, device=None) -> torch.Tensor:
+    """Boolean (q_len, kv_len) mask, True where query i may attend to key j.
+
+    The queries are the LAST q_len of the kv_len positions (decode, chunked prefill), so query i
+    sits at position kv_len - q_len + i and sees keys 0 .. kv_len - q_len + i.
+    """
+    kv_len = q_len if kv_len is None else kv_len
+    for name, value in (("q_len", q_len), ("kv_len", kv_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if kv_len < q_len:
+        raise ValueError(f"kv_len ({kv_len}) must be >= q_len ({q_len}): queries are the last kv positions")
+    ones = torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=kv_len - q_len)  # (q_len, kv_len)
+
+
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """From a Hugging Face 0/1 ``attention_mask`` (batch, kv_len) to a boolean key mask
+    (batch, 1, 1, kv_len): True for real tokens, False for padding. Combine with ``&``::
+
+        mask = causal_mask(T, device=d) & padding_mask(attention_mask)   # (batch, 1, T, T)
+    """
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be a (batch, seq) tensor of 0/1, got "
+                         f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must hold integers or booleans 0/1, got {attention_mask.dtype}")
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
+
+
+def _check_qkv(q, k, v, mask) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must be (..., seq, dim), got shape {tuple(t.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dimension, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length, got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a boolean tensor (True = may attend), got "
+                            f"{getattr(mask, 'dtype', type(mask).__name__)}")
+        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+        try:
+            shape = torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError:
+            shape = None
+        if shape != scores_shape:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+                             f"{tuple(scores_shape)} of q {tuple(q.shape)} and k {tuple(k.shape)}")
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 mask: torch.Tensor | None = None, backend: str = "explicit") -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) masked) v, for q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v).
+
+    ``mask`` is boolean and broadcasts to (..., L_q, L_k); True means "may attend". A query whose
+    keys are all masked gets zeros. ``backend="explicit"`` (default) spells out every step and
+    materialises the L_q x L_k score matrix; ``backend="sdpa"`` calls torch's fused
+    F.scaled_dot_product_attention (Flash/memory-efficient kernels where available) with the
+    same result up to rounding.
+    """
+    _check_qkv(q, k, v, mask)
+    if backend == "sdpa":
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is not None:  # torch gives NaN for a fully masked row; the course gives zeros
+            seen = mask.any(dim=-1, keepdim=True)                     # (..., L_q, 1)
+            out = torch.where(seen, out, torch.zeros_like(out))
+        return out
+    if backend != "explicit":
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)) * scale                         # (..., L_q, L_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))              # (..., L_q, L_k)
+    weights = softmax(scores.float(), dim=-1).to(q.dtype)              # (..., L_q, L_k) rows sum to 1
+    return weights @ v                                                 # (..., L_q, d_v)
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, T, D) -> (B, H, T, D / H): head h takes features h*D/H .. (h+1)*D/H - 1."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, seq, d_model), got shape {tuple(x.shape)}")
+    batch, seq, d_model = x.shape
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads <= 0 or d_model % n_heads:
+        raise ValueError(f"n_heads ({n_heads}) must be a positive int dividing d_model ({d_model})")
+    return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, D/H)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, D / H) -> (B, T, D): the inverse of split_heads."""
+    if x.dim() != 4:
+        raise ValueError(f"x must be (batch, heads, seq, head_dim), got shape {tuple(x.shape)}")
+    batch, heads, seq, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * head_dim)  # (B, T, H * D/H)
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(B, H_kv, T, d) -> (B, H_kv * n_rep, T, d): KV head j serves query heads j*n_rep .. (j+1)*n_rep - 1."""
+    if n_rep == 1:
+        return x
+    batch, kv_heads, seq, head_dim = x.shape
+    x = x[:, :, None].expand(batch, kv_heads, n_rep, seq, head_dim)  # (B, H_kv, n_rep, T, d) no copy yet
+    return x.reshape(batch, kv_heads * n_rep, seq, head_dim)          # (B, H, T, d)
+
+
+# A position hook: (q, k, positions) -> (q, k). Chapter 4 has none; Chapter 5 puts RoPE here.
+PositionHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention with LLaMA's shapes and Hugging Face's names.
+
+        q, k, v = x W_Q^T, x W_K^T, x W_V^T     q_proj (H*hd, d), k_proj/v_proj (H_kv*hd, d)
+        split into heads, apply ``position_hook`` to q and k (RoPE, Chapter 5), attend, merge,
+        out = o_proj(...)                        o_proj (d, H*hd)
+    """
+
+    def __init__(self, config: LlamaConfig, backend: str = "explicit",
+                 position_hook: PositionHook | None = None, device=None, dtype=None):
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.backend = backend
+        self.position_hook = position_hook
+        d, hd = config.d_model, config.head_dim
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=False, device=device, dtype=dtype)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
+        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d). ``mask`` boolean, broadcastable to (B, H, T, T); None = causal."""
+        batch, seq, _ = x.shape
+        q = split_heads(self.q_proj(x), self.n_heads)      # (B, H, T, hd)
+        k = split_heads(self.k_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
+        v = split_heads(self.v_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
+        if self.position_hook is not None:
+            if positions is None:
+                positions = torch.arange(seq, device=x.device)  # (T,)
+            q, k = self.position_hook(q, k, positions)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)    # (B, H, T, hd)
+        if mask is None:
+            mask = causal_mask(seq, device=x.device)        # (T, T)
+        out = scaled_dot_product_attention(q, k, v, mask, backend=self.backend)  # (B, H, T, hd)
+        return self.o_proj(merge_heads(out))               # (B, T, d)

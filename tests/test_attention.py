@@ -1,0 +1,121 @@
+"""The Attention module and attention helpers: transformers parity, backends, masks, bad input."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llama_course import LlamaConfig
+from llama_course.attention import (Attention, causal_mask, merge_heads, padding_mask, repeat_kv,
+                                    scaled_dot_product_attention, softmax, split_heads)
+
+
+def llama_attention_reference(config, ours, x, additive_mask):
+    """transformers' eager LlamaAttention on our weights, with RoPE switched off (cos 1, sin 0)."""
+    modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    from transformers import LlamaConfig as HFConfig
+
+    hf_config = HFConfig(hidden_size=config.d_model, num_attention_heads=config.n_heads,
+                         num_key_value_heads=config.n_kv_heads, intermediate_size=config.d_ff,
+                         vocab_size=config.vocab_size, attn_implementation="eager")
+    reference = modeling_llama.LlamaAttention(hf_config, layer_idx=0).to(x.device, x.dtype)
+    reference.load_state_dict(ours.state_dict())
+    T = x.shape[1]
+    cos = torch.ones(x.shape[0], T, config.head_dim, device=x.device, dtype=x.dtype)
+    with torch.no_grad():
+        out, _ = reference(x, position_embeddings=(cos, torch.zeros_like(cos)), attention_mask=additive_mask)
+    return out
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_attention_matches_transformers(device, n_kv_heads):
+    config = LlamaConfig(vocab_size=10, d_model=64, n_layers=1, n_heads=4, n_kv_heads=n_kv_heads)
+    torch.manual_seed(0)
+    attention = Attention(config, device=device)
+    for p in attention.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    x = torch.randn(2, 6, 64, device=device)
+    additive = torch.zeros(6, 6, device=device).masked_fill(~causal_mask(6, device=device), float("-inf"))
+    expected = llama_attention_reference(config, attention, x, additive[None, None])
+    with torch.no_grad():
+        torch.testing.assert_close(attention(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_backend_equals_explicit(device, dtype):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 9, 16, generator=g).to(device, dtype) for _ in range(3))
+    mask = causal_mask(9, device=device) & padding_mask(torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 9],
+                                                                      device=device))
+    explicit = scaled_dot_product_attention(q, k, v, mask)
+    fused = scaled_dot_product_attention(q, k, v, mask, backend="sdpa")
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(fused, explicit, **tol)
+    assert not fused.isnan().any() and torch.equal(fused[0, :, :2], torch.zeros_like(fused[0, :, :2]))
+
+
+def test_attention_module_backends_agree(device):
+    config = LlamaConfig(vocab_size=10, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2)
+    torch.manual_seed(2)
+    explicit = Attention(config, device=device)
+    fused = Attention(config, backend="sdpa", device=device)
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(3, 5, 32, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), explicit(x), rtol=1e-5, atol=1e-6)
+
+
+def test_causality_of_the_module(device):
+    config = LlamaConfig(vocab_size=10, d_model=32, n_layers=1, n_heads=4)
+    torch.manual_seed(3)
+    attention = Attention(config, device=device)
+    x = torch.randn(1, 8, 32, device=device)
+    y = x.clone()
+    y[:, 5:] = torch.randn(1, 3, 32, device=device) * 10
+    with torch.no_grad():
+        assert torch.equal(attention(x)[:, :5], attention(y)[:, :5])
+
+
+def test_padding_mask_and_helpers(device):
+    am = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]], device=device)
+    pm = padding_mask(am)
+    assert pm.shape == (2, 1, 1, 4) and pm.dtype == torch.bool
+    combined = causal_mask(4, device=device) & pm
+    assert combined.shape == (2, 1, 4, 4)
+    assert combined[0, 0].tolist() == [[False] * 4, [False] * 4, [False, False, True, False],
+                                       [False, False, True, True]]
+    x = torch.randn(2, 3, 12, device=device)
+    assert torch.equal(merge_heads(split_heads(x, 3)), x)
+    kv = torch.randn(1, 2, 3, 4, device=device)
+    rep = repeat_kv(kv, 3)
+    assert rep.shape == (1, 6, 3, 4) and torch.equal(rep[0, 3:6], kv[0, 1:2].expand(3, 3, 4))
+
+
+def test_softmax_dtypes(device):
+    x = torch.randn(3, 50, device=device, dtype=torch.bfloat16) * 30
+    out = softmax(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, F.softmax(x.float(), -1).bfloat16())
+
+
+def test_bad_input():
+    q, k, v = torch.randn(2, 5, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+    with pytest.raises(ValueError, match=r"q and k.*\(2, 5, 8\).*\(2, 6, 4\)"):
+        scaled_dot_product_attention(q, torch.randn(2, 6, 4), v)
+    with pytest.raises(ValueError, match="k and v"):
+        scaled_dot_product_attention(q, k, torch.randn(2, 7, 8))
+    with pytest.raises(TypeError, match="boolean"):
+        scaled_dot_product_attention(q, k, v, torch.zeros(5, 6))
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 6\)"):
+        scaled_dot_product_attention(q, k, v, torch.ones(4, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="backend"):
+        scaled_dot_product_attention(q, k, v, backend="flash")
+    with pytest.raises(ValueError, match="n_heads"):
+        split_heads(torch.randn(1, 2, 10), 3)
+    with pytest.raises(ValueError, match="kv_len"):
+        causal_mask(5, 3)
+    with pytest.raises(ValueError, match="q_len"):
+        causal_mask(0)
+    with pytest.raises(TypeError, match="attention_mask"):
+        padding_mask(torch.ones(2, 3))
+    with pytest.raises(ValueError, match="n_heads"):
+        LlamaConfig(vocab_size=10, d_model=30, n_layers=1, n_heads=4)
