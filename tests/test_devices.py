@@ -9,6 +9,7 @@ import llama_course
 from llama_course import embed, get_device, next_token_loss, seed_everything
 from llama_course.attention import causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from llama_course.ffn import swiglu
+from llama_course.rope import RotaryEmbedding, apply_rope
 from llama_course.norm import layer_norm, rms_norm
 
 
@@ -64,6 +65,11 @@ META_CASES = {
         *(torch.empty(2, 4, 5, 8, device="meta") for _ in range(3)), causal_mask(5, device="meta")),
     "scaled_dot_product_attention_sdpa": lambda: scaled_dot_product_attention(
         *(torch.empty(2, 4, 5, 8, device="meta") for _ in range(3)), causal_mask(5, device="meta"), backend="sdpa"),
+    "apply_rope": lambda: apply_rope(torch.empty(2, 4, 5, 8, device="meta", dtype=torch.bfloat16),
+                                     torch.empty(2, 5, dtype=torch.long, device="meta"), layout="half"),
+    "RotaryEmbedding": lambda: RotaryEmbedding(8, 16, device="meta")(
+        torch.empty(1, 2, 5, 8, device="meta"), torch.empty(1, 2, 5, 8, device="meta"),
+        torch.empty(5, dtype=torch.long, device="meta")),
     "swiglu": lambda: swiglu(torch.empty(2, 3, 8, device="meta"), torch.empty(20, 8, device="meta"),
                              torch.empty(20, 8, device="meta"), torch.empty(8, 20, device="meta")),
 }

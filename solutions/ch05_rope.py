@@ -1,0 +1,67 @@
+"""Chapter 5 exercises: rotary position embeddings.
+
+Read Chapter 5 ("RoPE") first. Check yourself with
+
+    python -m llama_course.grade exercises/ --chapter 5
+
+x is (..., seq, head_dim); positions are integers, (seq,) or (batch, seq) for x (batch, heads, seq, d).
+"""
+
+import torch
+
+from llama_course.rope import rope_cos_sin
+
+
+def rope_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """The rotation speeds w_k = base^(-2k / head_dim) for k = 0 .. head_dim/2 - 1, float32.
+
+    rope_inv_freq(8) == [1, 0.1, 0.01, 0.001]
+    """
+    # BEGIN SOLUTION Exercise 5.1 rope_inv_freq (Chapter 5, section 5.4 "Frequencies: fast to slow")
+    k = torch.arange(head_dim // 2, dtype=torch.float32)
+    return base ** (-2 * k / head_dim)
+    # END SOLUTION
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
+               layout: str = "interleaved") -> torch.Tensor:
+    """Rotate each pair of features of x by (position * w_k).
+
+    layout="interleaved": pairs (x_0, x_1), (x_2, x_3), ...   (Meta's layout)
+    layout="half":        pairs (x_0, x_{d/2}), (x_1, x_{d/2+1}), ...   (Hugging Face's layout)
+    Pair k uses w_k in both layouts. For each pair (a, b) and angle t:
+        a' = a cos t - b sin t,   b' = a sin t + b cos t
+    Return x's shape and dtype.
+    """
+    cos, sin = rope_cos_sin(positions, x.shape[-1], base)    # (*positions.shape, d/2), float32
+    if positions.dim() == 2 and x.dim() == 4:
+        cos, sin = cos[:, None], sin[:, None]                # (batch, 1, seq, d/2)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if layout == "interleaved":
+        # BEGIN SOLUTION Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features")
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = torch.empty_like(x)
+        out[..., 0::2] = a * cos - b * sin
+        out[..., 1::2] = a * sin + b * cos
+        return out
+        # END SOLUTION
+    # BEGIN SOLUTION Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts")
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    # END SOLUTION
+
+
+def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Permute the rows of a query or key weight (n_heads * head_dim, d_in) so that a model
+    written for the interleaved layout computes the same attention in the half layout.
+
+    Within each head the rows (0, 1, 2, 3, ..., d-2, d-1) become (0, 2, 4, ..., d-2, 1, 3, ..., d-1).
+    """
+    # BEGIN SOLUTION Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")
+    rows, d_in = w.shape
+    head_dim = rows // n_heads
+    per_head = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+    order = torch.cat([h * head_dim + per_head for h in range(n_heads)]).to(w.device)
+    return w[order]
+    # END SOLUTION
