@@ -173,20 +173,28 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, d) -> (B, T, d). ``mask`` boolean, broadcastable to (B, H, T, T); None = causal."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                cache=None, layer_idx: int = 0) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d).
+
+        ``mask``: boolean, broadcastable to (B, H, T, T_kv); None means causal. ``positions`` (T,)
+        or (B, T) for the position hook. ``cache``: a KVCache; this call's keys and values are
+        appended to its layer ``layer_idx`` and the queries attend to everything cached.
+        """
         batch, seq, _ = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)      # (B, H, T, hd)
         k = split_heads(self.k_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
         v = split_heads(self.v_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
         if self.position_hook is not None:
             if positions is None:
-                positions = torch.arange(seq, device=x.device)  # (T,)
-            q, k = self.position_hook(q, k, positions)
+                start = cache.length if cache is not None else 0
+                positions = torch.arange(start, start + seq, device=x.device)  # (T,)
+            q, k = self.position_hook(q, k, positions)     # rotate q and k, never v
+        if cache is not None:
+            k, v = cache.update(layer_idx, k, v)           # (B, H_kv, T_kv, hd) past + new
         n_rep = self.n_heads // self.n_kv_heads
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)    # (B, H, T, hd)
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)    # (B, H, T_kv, hd)
         if mask is None:
-            mask = causal_mask(seq, device=x.device)        # (T, T)
+            mask = causal_mask(seq, k.shape[-2], device=x.device)  # (T, T_kv)
         out = scaled_dot_product_attention(q, k, v, mask, backend=self.backend)  # (B, H, T, hd)
         return self.o_proj(merge_heads(out))               # (B, T, d)

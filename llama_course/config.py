@@ -49,6 +49,10 @@ class LlamaConfig:
     tie_embeddings        share the embedding matrix with the vocabulary head
     n_experts             experts per FFN layer (1 -> a dense model)
     n_experts_per_token   experts each token is routed to (top-k)
+    multiple_of, ffn_dim_multiplier   Meta's rule for d_ff (see ffn_hidden_dim)
+    head_dim              width of one attention head (None -> d_model / n_heads; Qwen3 sets it)
+    rope_layout           "interleaved" (Meta, the course) or "half" (Hugging Face checkpoints)
+    rope_scaling          None, or Hugging Face's rope_scaling dict (see rope.rope_inv_freq)
     """
 
     vocab_size: int
@@ -65,6 +69,9 @@ class LlamaConfig:
     n_experts_per_token: int = 1
     multiple_of: int = 256
     ffn_dim_multiplier: float | None = None
+    head_dim: int | None = None
+    rope_layout: str = "interleaved"
+    rope_scaling: dict | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
@@ -84,24 +91,26 @@ class LlamaConfig:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if not isinstance(self.tie_embeddings, bool):
             raise TypeError(f"tie_embeddings must be a bool, got {type(self.tie_embeddings).__name__}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
+            self.head_dim = self.d_model // self.n_heads
+        _check_int("head_dim", self.head_dim)
+        if self.rope_layout not in ("interleaved", "half"):
+            raise ValueError(f"rope_layout must be 'interleaved' or 'half', got {self.rope_layout!r}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, dict):
+            raise TypeError(f"rope_scaling must be a dict or None, got {type(self.rope_scaling).__name__}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         if self.n_experts_per_token > self.n_experts:
             raise ValueError(f"n_experts_per_token ({self.n_experts_per_token}) must be <= "
                              f"n_experts ({self.n_experts})")
 
-    @property
-    def head_dim(self) -> int:
-        """d / H: the width of one attention head."""
-        return self.d_model // self.n_heads
-
     def replace(self, **changes) -> "LlamaConfig":
         """A copy with some fields changed (and validated again).
 
-        ``n_kv_heads`` and ``d_ff`` were resolved when this config was made and are kept as they
-        are; pass them again (``d_ff=None``) to derive them from the new shapes.
+        ``n_kv_heads``, ``d_ff`` and ``head_dim`` were resolved when this config was made and are
+        kept as they are; pass them again (``d_ff=None``) to derive them from the new shapes.
         """
         return dataclasses.replace(self, **changes)
 

@@ -1,0 +1,206 @@
+"""Loading real checkpoints (Chapter 7): Hugging Face directories and Meta's original format.
+
+Hugging Face (``save_pretrained``): config.json + model.safetensors, or several shards listed
+in model.safetensors.index.json. Names are the course's with a "model." prefix; W_Q and W_K rows
+are in the *half* RoPE layout (the conversion from Meta permuted them). The course runs such a
+model with ``rope_layout="half"`` and leaves every tensor exactly as it is in the file.
+
+Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention_norm, ...) and the
+*interleaved* RoPE layout, which the course runs natively (``rope_layout="interleaved"``).
+
+Either way the model is first built on the ``meta`` device (no memory) and each tensor is
+assigned as its shard is read, so the peak memory is about one copy of the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from .config import LlamaConfig, ffn_hidden_dim
+from .model import Llama
+
+SUPPORTED = ("llama", "qwen3", "mixtral")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model: lists every missing, unexpected or mis-shaped tensor."""
+
+
+def _read_json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise ValueError(f"{path.parent} has no {path.name}: not a {what} checkpoint directory")
+    return json.loads(path.read_text())
+
+
+def config_from_hf(hf: dict) -> LlamaConfig:
+    """A LlamaConfig from a transformers config.json dict."""
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED:
+        raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    if model_type != "llama":
+        raise ValueError(f"model_type {model_type!r} is planned (Chapters 9 and 10) but not written yet; "
+                         f"supported now: llama")
+    for flag in ("attention_bias", "mlp_bias"):
+        if hf.get(flag):
+            raise ValueError(f"{flag}=true: LLaMA has no biases and the course model has none")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act {hf['hidden_act']!r} is not supported (LLaMA uses silu)")
+    rope = dict(hf.get("rope_parameters") or {})
+    theta = hf.get("rope_theta", rope.get("rope_theta", 10000.0))
+    scaling = hf.get("rope_scaling") or ({k: v for k, v in rope.items() if k != "rope_theta"} if rope else None)
+    if scaling and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        scaling = None
+    return LlamaConfig(
+        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"], rope_theta=float(theta), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        max_seq_len=hf.get("max_position_embeddings", 4096), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling)
+
+
+def _hf_shards(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [path / name for name in sorted(set(weight_map.values()))]
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    raise ValueError(f"{path} has no model.safetensors or model.safetensors.index.json")
+
+
+def hf_to_course_name(name: str) -> str | None:
+    """transformers' parameter name -> the course's (None for buffers the course recomputes)."""
+    if name.endswith("rotary_emb.inv_freq"):
+        return None
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
+    """Llama from a transformers directory, tensors exactly as stored (cast to ``dtype`` if given)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    config = config_from_hf(_read_json(path / "config.json", "Hugging Face"))
+    device = torch.device(device or "cpu")
+    with torch.device("meta"):
+        model = Llama(config)
+
+    def tensors():
+        for shard in _hf_shards(path):
+            with safe_open(str(shard), framework="pt", device=str(device)) as f:
+                for key in f.keys():
+                    yield key, hf_to_course_name(key), f.get_tensor(key)
+
+    return _assign(model, tensors(), dtype, device, str(path))
+
+
+def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
+    """Move each (original name, course name, tensor) into the meta-built model; report every misfit."""
+    params = dict(model.named_parameters())
+    expected = {name: tuple(p.shape) for name, p in params.items()}
+    loaded, unexpected, misshaped = set(), [], []
+    for original, name, tensor in tensors:
+        if name is None:
+            continue
+        if name not in expected:
+            unexpected.append(original)
+            continue
+        if tuple(tensor.shape) != expected[name]:
+            misshaped.append(f"{original}: file {tuple(tensor.shape)}, model {expected[name]}")
+            continue
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
+        loaded.add(name)
+    if model.config.tie_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+        loaded.add("lm_head.weight")
+        unexpected = [u for u in unexpected if hf_to_course_name(u) != "lm_head.weight"]
+    missing = sorted(set(expected) - loaded)
+    if missing or unexpected or misshaped:
+        lines = [f"{source} does not fit {type(model).__name__}:"]
+        lines += [f"  missing: {m}" for m in missing] + [f"  unexpected: {u}" for u in sorted(unexpected)]
+        lines += [f"  wrong shape: {m}" for m in misshaped]
+        raise CheckpointError("\n".join(lines))
+    model.set_device_of_rotary(device)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model.eval()
+
+
+# ------------------------------------------------------------------------------ Meta's format
+
+META_NAMES = [  # (Meta's pattern, the course's)
+    (r"tok_embeddings\.weight", "embed_tokens.weight"),
+    (r"norm\.weight", "norm.weight"),
+    (r"output\.weight", "lm_head.weight"),
+    (r"layers\.(\d+)\.attention\.wq\.weight", r"layers.\1.self_attn.q_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wk\.weight", r"layers.\1.self_attn.k_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wv\.weight", r"layers.\1.self_attn.v_proj.weight"),
+    (r"layers\.(\d+)\.attention\.wo\.weight", r"layers.\1.self_attn.o_proj.weight"),
+    (r"layers\.(\d+)\.feed_forward\.w1\.weight", r"layers.\1.mlp.gate_proj.weight"),
+    (r"layers\.(\d+)\.feed_forward\.w3\.weight", r"layers.\1.mlp.up_proj.weight"),
+    (r"layers\.(\d+)\.feed_forward\.w2\.weight", r"layers.\1.mlp.down_proj.weight"),
+    (r"layers\.(\d+)\.attention_norm\.weight", r"layers.\1.input_layernorm.weight"),
+    (r"layers\.(\d+)\.ffn_norm\.weight", r"layers.\1.post_attention_layernorm.weight"),
+]
+# Model-parallel shards split each matrix along one dimension; norms are replicated.
+_SPLIT_DIM = {"wq": 0, "wk": 0, "wv": 0, "w1": 0, "w3": 0, "output": 0, "wo": 1, "w2": 1}
+
+
+def meta_to_course_name(name: str) -> str | None:
+    """Meta's parameter name -> the course's (None for rope.freqs, which the course recomputes)."""
+    if name == "rope.freqs":
+        return None
+    for pattern, replacement in META_NAMES:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, replacement, name)
+    return name  # unknown: reported as unexpected
+
+
+def config_from_meta(params: dict, vocab_size: int) -> LlamaConfig:
+    """A LlamaConfig from Meta's params.json (vocab_size -1 in Llama 2's: taken from the weights)."""
+    d = params["dim"]
+    scaling = None
+    if params.get("use_scaled_rope"):
+        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192}
+    return LlamaConfig(
+        vocab_size=vocab_size, d_model=d, n_layers=params["n_layers"], n_heads=params["n_heads"],
+        n_kv_heads=params.get("n_kv_heads") or params["n_heads"],
+        d_ff=ffn_hidden_dim(d, params.get("multiple_of", 256), params.get("ffn_dim_multiplier")),
+        rope_theta=float(params.get("rope_theta", 10000.0)), norm_eps=float(params.get("norm_eps", 1e-5)),
+        max_seq_len=params.get("max_seq_len", 4096), rope_layout="interleaved", rope_scaling=scaling)
+
+
+def load_meta(path, dtype: torch.dtype | None = None, device=None) -> Llama:
+    """Llama from Meta's consolidated.NN.pth shards and params.json (interleaved RoPE, run natively)."""
+    path = Path(path)
+    params = _read_json(path / "params.json", "Meta")
+    shards = sorted(path.glob("consolidated.*.pth"))
+    if not shards:
+        raise ValueError(f"{path} has no consolidated.*.pth files")
+    device = torch.device(device or "cpu")
+    parts = [torch.load(s, map_location=device, weights_only=True, mmap=True) for s in shards]
+    merged = {}
+    for name in parts[0]:
+        pieces = [p[name] for p in parts]
+        short = name.split(".")[-2] if name.endswith(".weight") else name
+        if len(pieces) == 1 or pieces[0].dim() == 1:
+            merged[name] = pieces[0]
+        elif name == "tok_embeddings.weight":  # Llama 2 splits the width, Llama 3 the vocabulary
+            dim = 1 if pieces[0].shape[1] * len(pieces) == params["dim"] else 0
+            merged[name] = torch.cat(pieces, dim=dim)
+        else:
+            merged[name] = torch.cat(pieces, dim=_SPLIT_DIM.get(short, 0))
+    del parts
+    vocab_size = merged["tok_embeddings.weight"].shape[0]
+    config = config_from_meta(params, vocab_size)
+    with torch.device("meta"):
+        model = Llama(config)
+    return _assign(model, ((k, meta_to_course_name(k), v) for k, v in merged.items()), dtype, device, str(path))

@@ -1,0 +1,184 @@
+"""The whole model against transformers' LlamaForCausalLM: logits, padding, checkpoints."""
+
+import json
+
+import pytest
+import torch
+
+from llama_course import PRESETS, LlamaConfig, count_parameters
+from llama_course.checkpoint import CheckpointError, meta_to_course_name
+from llama_course.model import Llama
+from llama_course.rope import half_to_interleaved
+
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = {
+    "mha-untied": dict(vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=4, intermediate_size=176),
+    "gqa-tied": dict(vocab_size=97, hidden_size=64, num_hidden_layers=3, num_attention_heads=8,
+                     num_key_value_heads=2, intermediate_size=160, tie_word_embeddings=True),
+    "mqa-theta": dict(vocab_size=257, hidden_size=96, num_hidden_layers=2, num_attention_heads=6,
+                      num_key_value_heads=1, intermediate_size=256, rope_theta=500000.0),
+}
+
+
+def hf_model(name, seed=0):
+    config = transformers.LlamaConfig(**CONFIGS[name], max_position_embeddings=256, rms_norm_eps=1e-5,
+                                      attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for param_name, p in model.named_parameters():  # realistic scale: std 0.2, norms around 1
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in param_name else 0.2 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def saved(request, tmp_path_factory):
+    model = hf_model(request.param)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path, max_shard_size="100KB")  # several shards and an index
+    return model, path
+
+
+def test_from_hf_logits_match(saved, device):
+    reference, path = saved
+    ours = Llama.from_hf(path, device=device)
+    assert len(list(path.glob("model-*.safetensors"))) > 1
+    ids = torch.randint(0, reference.config.vocab_size, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = reference(ids).logits
+        logits = ours(ids.to(device))
+    torch.testing.assert_close(logits.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_left_padding_matches(saved):
+    reference, path = saved
+    ours = Llama.from_hf(path)
+    ids = torch.randint(0, reference.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[0, :3] = 0                                  # row 0: 3 pads, then 6 real tokens
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)   # each row's first real token is 0
+    with torch.no_grad():
+        expected = reference(ids, attention_mask=attention_mask, position_ids=positions).logits
+        logits = ours(ids, attention_mask=attention_mask)
+    real = attention_mask.bool()
+    torch.testing.assert_close(logits[real], expected[real], rtol=1e-5, atol=1e-5)
+    alone = ours(ids[:1, 3:])                                  # the padded row, unpadded, alone
+    torch.testing.assert_close(logits[0, 3:], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_within_tolerance(saved):
+    reference, path = saved
+    ours = Llama.from_hf(path, dtype=torch.bfloat16)
+    assert ours.embed_tokens.weight.dtype == torch.bfloat16
+    ids = torch.randint(0, reference.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = reference(ids).logits
+        logits = ours(ids).float()
+    scale = expected.abs().max().item()
+    # bf16 keeps 8 mantissa bits: a few roundings per layer, measured against the logits' scale
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0.05 * scale)
+
+
+MODULE_TO_META = {"self_attn.q_proj": "attention.wq", "self_attn.k_proj": "attention.wk",
+                  "self_attn.v_proj": "attention.wv", "self_attn.o_proj": "attention.wo",
+                  "mlp.gate_proj": "feed_forward.w1", "mlp.up_proj": "feed_forward.w3",
+                  "mlp.down_proj": "feed_forward.w2", "input_layernorm": "attention_norm",
+                  "post_attention_layernorm": "ffn_norm"}
+
+
+def write_meta(model, path):
+    """Meta's release format from a transformers model: short names, interleaved RoPE rows
+    (the inverse of the permutation Hugging Face's conversion script applies)."""
+    config = model.config
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name == "model.embed_tokens.weight":
+            state["tok_embeddings.weight"] = tensor
+        elif name == "model.norm.weight":
+            state["norm.weight"] = tensor
+        elif name == "lm_head.weight":
+            state["output.weight"] = tensor
+        else:
+            layer, module = name.split(".")[2], ".".join(name.split(".")[3:-1])
+            if module == "self_attn.q_proj":
+                tensor = half_to_interleaved(tensor, config.num_attention_heads)
+            elif module == "self_attn.k_proj":
+                tensor = half_to_interleaved(tensor, config.num_key_value_heads)
+            state[f"layers.{layer}.{MODULE_TO_META[module]}.weight"] = tensor
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path / "consolidated.00.pth")
+    (path / "params.json").write_text(json.dumps({
+        "dim": config.hidden_size, "n_layers": config.num_hidden_layers, "n_heads": config.num_attention_heads,
+        "n_kv_heads": config.num_key_value_heads, "vocab_size": -1, "norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_parameters["rope_theta"], "max_seq_len": 256,
+        # Meta's d_ff rule; with multiple_of = d_ff and no multiplier it lands exactly on d_ff here
+        "multiple_of": config.intermediate_size, "ffn_dim_multiplier": None}))
+
+
+def test_from_meta_gives_the_same_logits(saved, tmp_path):
+    reference, path = saved
+    if reference.config.tie_word_embeddings:
+        pytest.skip("Meta's releases never tie the head")
+    write_meta(reference, tmp_path / "meta")
+    ours = Llama.from_meta(tmp_path / "meta")
+    assert ours.config.rope_layout == "interleaved" and ours.config.d_ff == reference.config.intermediate_size
+    assert not torch.equal(ours.layers[0].self_attn.q_proj.weight, reference.model.layers[0].self_attn.q_proj.weight)
+    ids = torch.randint(0, reference.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), reference(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_mismatched_checkpoints_are_listed(tmp_path):
+    model = hf_model("mha-untied")
+    model.save_pretrained(tmp_path / "ok")
+    config = json.loads((tmp_path / "ok" / "config.json").read_text())
+    config["num_hidden_layers"] = 3
+    config["intermediate_size"] = 180
+    (tmp_path / "ok" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as error:
+        Llama.from_hf(tmp_path / "ok")
+    text = str(error.value)
+    assert "missing: layers.2.mlp.gate_proj.weight" in text
+    assert "wrong shape: model.layers.0.mlp.gate_proj.weight" in text
+    with pytest.raises(ValueError, match="config.json"):
+        Llama.from_hf(tmp_path)
+    config["model_type"] = "gpt2"
+    (tmp_path / "ok" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="supported: llama, qwen3, mixtral"):
+        Llama.from_hf(tmp_path / "ok")
+
+
+@pytest.mark.parametrize("name", [n for n in PRESETS if PRESETS[n].n_experts == 1])
+def test_presets_on_meta_allocate_nothing_and_count_right(name):
+    with torch.device("meta"):
+        model = Llama(PRESETS[name])
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert sum(p.numel() for p in model.parameters()) == count_parameters(PRESETS[name])["total"]
+
+
+def test_meta_forward_shapes_of_llama2_7b():
+    with torch.device("meta"):
+        model = Llama(PRESETS["llama2-7b"])
+        logits = model(torch.zeros(1, 6, dtype=torch.long))
+    assert logits.shape == (1, 6, 32000) and logits.device.type == "meta"
+
+
+def test_tied_head_is_one_matrix():
+    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, tie_embeddings=True))
+    assert model.lm_head.weight is model.embed_tokens.weight
+    assert sum(p.numel() for p in model.parameters()) == count_parameters(model.config)["total"]
+
+
+def test_bad_input():
+    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))
+    with pytest.raises(TypeError, match="input_ids"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="input_ids"):
+        model(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="token id 50"):
+        model(torch.tensor([[1, 50]]))
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
+    assert meta_to_course_name("layers.3.feed_forward.w1.weight") == "layers.3.mlp.gate_proj.weight"
