@@ -1,0 +1,84 @@
+"""Chapter 7 exercises: the LLaMA block, the whole model, and the checkpoint name map.
+
+Read Chapter 7 ("The LLaMA block and the whole model") first. Check yourself with
+
+    python -m llama_course.grade exercises/ --chapter 7
+
+You may (and should) use what you built in earlier chapters; the package's versions are imported
+here so that this file works on its own.
+"""
+
+import torch
+
+from llama_course.attention import causal_mask, scaled_dot_product_attention
+from llama_course.config import LlamaConfig
+from llama_course.ffn import swiglu
+from llama_course.norm import rms_norm
+from llama_course.rope import apply_rope
+
+
+def llama_block(x: torch.Tensor, weights: dict, config: LlamaConfig, positions: torch.Tensor) -> torch.Tensor:
+    """One LLaMA block, Hugging Face layout (RoPE layout "half"), causal:
+
+        h = x + W_O · Attention(RoPE(W_Q n), RoPE(W_K n), W_V n),   n = RMSNorm(x)
+        y = h + SwiGLU(RMSNorm(h))
+
+    x (B, T, d); positions (T,). ``weights`` uses Hugging Face's names inside one layer:
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight".
+    With grouped-query attention (config.n_kv_heads < config.n_heads) KV head j serves query
+    heads j * n_rep ... (j + 1) * n_rep - 1.
+    """
+    # BEGIN SOLUTION Exercise 7.1 llama_block (Chapter 7, section 7.1 "The block")
+    B, T, _ = x.shape
+    H, H_kv, hd = config.n_heads, config.n_kv_heads, config.head_dim
+    n = rms_norm(x, weights["input_layernorm.weight"], config.norm_eps)
+    q = (n @ weights["self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+    k = (n @ weights["self_attn.k_proj.weight"].T).view(B, T, H_kv, hd).transpose(1, 2)
+    v = (n @ weights["self_attn.v_proj.weight"].T).view(B, T, H_kv, hd).transpose(1, 2)
+    q = apply_rope(q, positions, config.rope_theta, layout="half")
+    k = apply_rope(k, positions, config.rope_theta, layout="half")
+    k = k.repeat_interleave(H // H_kv, dim=1)
+    v = v.repeat_interleave(H // H_kv, dim=1)
+    attn = scaled_dot_product_attention(q, k, v, causal_mask(T, device=x.device))
+    h = x + attn.transpose(1, 2).reshape(B, T, H * hd) @ weights["self_attn.o_proj.weight"].T
+    n = rms_norm(h, weights["post_attention_layernorm.weight"], config.norm_eps)
+    return h + swiglu(n, weights["mlp.gate_proj.weight"], weights["mlp.up_proj.weight"],
+                      weights["mlp.down_proj.weight"])
+    # END SOLUTION
+
+
+def llama_forward(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig) -> torch.Tensor:
+    """Logits (B, T, vocab) of a whole model from a Hugging Face state dict ("model.embed_tokens.weight",
+    "model.layers.{i}.<name>", "model.norm.weight", "lm_head.weight" -- absent when the head is tied
+    to the embedding). Positions are 0 .. T-1."""
+    # BEGIN SOLUTION Exercise 7.2 llama_forward (Chapter 7, section 7.2 "The whole model")
+    embedding = state_dict["model.embed_tokens.weight"]
+    x = embedding[input_ids]
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+    for i in range(config.n_layers):
+        prefix = f"model.layers.{i}."
+        layer = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        x = llama_block(x, layer, config, positions)
+    x = rms_norm(x, state_dict["model.norm.weight"], config.norm_eps)
+    return x @ state_dict.get("lm_head.weight", embedding).T
+    # END SOLUTION
+
+
+def hf_to_course_names(state_dict: dict) -> dict:
+    """Rename a Hugging Face LlamaForCausalLM state dict to the course model's names.
+
+    The course keeps Hugging Face's module names without the "model." prefix
+    ("model.layers.0.self_attn.q_proj.weight" -> "layers.0.self_attn.q_proj.weight";
+    "lm_head.weight" stays), and drops the RoPE buffers some checkpoints carry
+    ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
+    """
+    # BEGIN SOLUTION Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")
+    renamed = {}
+    for name, tensor in state_dict.items():
+        if name.endswith("rotary_emb.inv_freq"):
+            continue
+        renamed[name.removeprefix("model.")] = tensor
+    return renamed
+    # END SOLUTION
