@@ -112,3 +112,9 @@ def test_empty_and_bad_input(tok):
         train_bpe("abc", 300.0)
     with pytest.raises(TypeError, match="text"):
         train_bpe([b"abc"], 300)
+
+
+def test_merge_counts_record_the_training():
+    tokenizer = train_bpe("low low low low low lower lower newest newest newest newest newest newest "
+                          "widest widest widest", 256 + 12, pattern=r"\w+")
+    assert tokenizer.merge_counts == [9, 9, 7, 7, 6, 6, 6, 3, 3, 3, 2, 2]  # counted by hand

@@ -72,6 +72,7 @@ class BPETokenizer:
         ordered = sorted(self.special_tokens, key=len, reverse=True)  # longest first wins
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
         self._cache: dict[str, list[int]] = {}
+        self.merge_counts: list[int] = []  # filled by train_bpe: the count of each pair when merged
 
     # ------------------------------------------------------------------ encoding
 
@@ -310,6 +311,7 @@ def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_to
 
     # 3. merge
     merges: list[tuple[bytes, bytes]] = []
+    merge_counts: list[int] = []  # how often each merged pair occurred when it was chosen
     n_merges = vocab_size - 256 - len(special_tokens)
     while len(merges) < n_merges:
         while heap and pair_counts.get((heap[0][3], heap[0][4]), 0) != -heap[0][0]:
@@ -319,7 +321,8 @@ def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_to
                           f"the vocabulary has {256 + len(merges) + len(special_tokens)} tokens, "
                           f"not {vocab_size}", stacklevel=2)
             break
-        _, _, _, a, b = heapq.heappop(heap)
+        count, _, _, a, b = heapq.heappop(heap)
+        merge_counts.append(-count)
         new_id = 256 + len(merges)
         vocab[new_id] = vocab[a] + vocab[b]
         reverse[new_id] = _reversed_order(vocab[new_id])
@@ -349,7 +352,9 @@ def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_to
                 pair_counts.pop(pair, None)
     for i, token in enumerate(special_tokens):
         vocab[256 + len(merges) + i] = token.encode("utf-8")
-    return BPETokenizer(vocab, merges, special_tokens, pattern)
+    tokenizer = BPETokenizer(vocab, merges, special_tokens, pattern)
+    tokenizer.merge_counts = merge_counts
+    return tokenizer
 
 
 def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
