@@ -1,0 +1,98 @@
+"""Chapter 8 exercises: the KV cache, a decode step, greedy generation, nucleus sampling, and the
+size of the cache.
+
+Read Chapter 8 ("Prefill and decode") first. Check yourself with
+
+    python -m llama_course.grade exercises/ --chapter 8
+
+The course model calls a cache like this during model(input_ids, cache=cache):
+    cache.length                      positions already cached (before this call)
+    k, v = cache.update(layer, k, v)  once per layer: store the new positions, get all so far
+    cache.advance()                   once at the end: the new positions now count as cached
+"""
+
+import torch
+
+from llama_course.config import LlamaConfig
+
+
+class KVCache:
+    """Preallocated keys and values, one (batch, n_kv_heads, max_seq_len, head_dim) buffer per layer."""
+
+    def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int, device=None, dtype=torch.float32):
+        shape = (batch_size, config.n_kv_heads, max_seq_len, config.head_dim)
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        self.max_seq_len = max_seq_len
+        self.length = 0
+        self.pending = 0
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write k and v, (batch, n_kv_heads, new, head_dim), right after the ``self.length`` cached
+        positions of ``layer``, IN PLACE (no torch.cat of the whole cache); remember ``new`` in
+        self.pending; return the keys and values of positions 0 .. length + new - 1.
+        Raise ValueError mentioning the capacity (max_seq_len) if they do not fit.
+        """
+        # BEGIN SOLUTION Exercise 8.1 KVCache.update (Chapter 8, section 8.2 "The KV cache")
+        new = k.shape[2]
+        end = self.length + new
+        if end > self.max_seq_len:
+            raise ValueError(f"the cache holds max_seq_len={self.max_seq_len} positions; {end} do not fit")
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        self.pending = new
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        # END SOLUTION
+
+    def advance(self):
+        self.length += self.pending
+        self.pending = 0
+
+
+def decode_step(model, token_ids: torch.Tensor, cache) -> torch.Tensor:
+    """Feed ``token_ids`` (batch, new) -- a whole prompt (prefill) or one token per row (decode) --
+    through ``model`` with ``cache`` and return the logits of the LAST position, (batch, vocab).
+    The positions are cache.length, cache.length + 1, ...; the model takes them from the cache."""
+    # BEGIN SOLUTION Exercise 8.2 decode_step (Chapter 8, section 8.3 "The decode loop")
+    with torch.no_grad():
+        return model(token_ids, cache=cache)[:, -1]
+    # END SOLUTION
+
+
+def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """Greedy decoding with your KVCache: one prefill, then one decode step per new token, always
+    taking the most likely token. Return the prompt followed by the new tokens, (batch, T + n)."""
+    # BEGIN SOLUTION Exercise 8.3 greedy_generate (Chapter 8, section 8.3 "The decode loop")
+    dtype = next(model.parameters()).dtype
+    cache = KVCache(model.config, input_ids.shape[0], input_ids.shape[1] + max_new_tokens,
+                    device=input_ids.device, dtype=dtype)
+    out = input_ids
+    logits = decode_step(model, input_ids, cache)
+    for _ in range(max_new_tokens):
+        token = logits.argmax(dim=-1, keepdim=True)
+        out = torch.cat([out, token], dim=1)
+        logits = decode_step(model, token, cache)
+    return out
+    # END SOLUTION
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering: keep the smallest set of most likely tokens whose probabilities add up to
+    at least ``top_p``; set every other logit to -inf. Always keep the most likely token.
+    logits (..., vocab); return the same shape."""
+    # BEGIN SOLUTION Exercise 8.4 top_p_filter (Chapter 8, section 8.4 "Sampling")
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs
+    remove_sorted = before >= top_p
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+    # END SOLUTION
+
+
+def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
+    """Bytes of the KV cache: keys AND values, every layer, every KV head, for seq_len tokens of
+    batch_size sequences, at bytes_per_value bytes per number (2 for fp16/bf16)."""
+    # BEGIN SOLUTION Exercise 8.5 kv_cache_bytes (Chapter 8, section 8.5 "What decode costs")
+    return int(2 * config.n_layers * config.n_kv_heads * config.head_dim * bytes_per_value * seq_len * batch_size)
+    # END SOLUTION

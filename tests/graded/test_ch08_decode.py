@@ -1,0 +1,122 @@
+"""Graded tests for Chapter 8 (exercises/ch08_decode.py).
+
+Oracles: a full forward pass over the whole sequence (a cache must not change any logit),
+transformers' greedy generate on the same weights, transformers' TopPLogitsWarper, and byte
+counts worked by hand (Llama-2 7B: 512 KiB per token in fp16).
+"""
+
+import pytest
+import torch
+
+from llama_course import PRESETS, LlamaConfig
+from llama_course.model import Llama
+
+PACKAGE_MODULES = ["llama_course.kv_cache", "llama_course.generate", "llama_course.cost"]
+
+UPDATE = "Exercise 8.1 KVCache.update"
+STEP = "Exercise 8.2 decode_step"
+GREEDY = "Exercise 8.3 greedy_generate"
+TOP_P = "Exercise 8.4 top_p_filter"
+BYTES = "Exercise 8.5 kv_cache_bytes"
+
+CONFIG = LlamaConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    m = Llama(CONFIG).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    return m
+
+
+@pytest.mark.graded(UPDATE, points=2)
+def test_update_writes_in_place_and_returns_everything(impl):
+    cache = impl.KVCache(CONFIG, 2, 8)
+    k1, v1 = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 3, 8)
+    keys, values = cache.update(0, k1, v1)
+    assert torch.equal(keys, k1) and torch.equal(values, v1)
+    cache.advance()
+    k2, v2 = torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8)
+    keys, values = cache.update(0, k2, v2)
+    assert keys.shape == (2, 2, 4, 8) and torch.equal(keys, torch.cat([k1, k2], dim=2))
+    assert torch.equal(values, torch.cat([v1, v2], dim=2))
+    cache.advance()
+    assert cache.length == 4
+    with pytest.raises(ValueError, match="8"):
+        cache.update(1, torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
+
+
+@pytest.mark.graded(UPDATE, points=2)
+def test_your_cache_reproduces_the_full_forward(impl):
+    m = model(1)
+    ids = torch.randint(0, 61, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = m(ids)
+        cache = impl.KVCache(CONFIG, 2, 10)
+        parts = [m(ids[:, :6], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.graded(STEP, points=2)
+def test_decode_step(impl):
+    from llama_course.kv_cache import KVCache
+
+    m = model(3)
+    ids = torch.randint(0, 61, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = m(ids)
+    cache = impl.KVCache(CONFIG, 1, 9)
+    first = impl.decode_step(m, ids[:, :6], cache)         # prefill: the last position's logits
+    assert first.shape == (1, 61)
+    torch.testing.assert_close(first, full[:, 5], rtol=1e-5, atol=1e-5)
+    for t in range(6, 9):                                   # decode: position = tokens cached
+        torch.testing.assert_close(impl.decode_step(m, ids[:, t:t + 1], cache), full[:, t], rtol=1e-5, atol=1e-5)
+    assert KVCache  # the package's cache is not needed here: yours is used
+
+
+@pytest.mark.graded(GREEDY, points=3)
+def test_greedy_matches_transformers(impl, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.LlamaConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64,
+                                         attn_implementation="eager", pad_token_id=0)
+    torch.manual_seed(5)
+    hf = transformers.LlamaForCausalLM(hf_config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path)
+    hf.generation_config.eos_token_id = None  # no early stop: compare all 12 new tokens
+    prompt = torch.tensor([[3, 14, 15, 9, 2]])
+    expected = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert expected.shape == (1, 17)
+    assert torch.equal(impl.greedy_generate(ours, prompt, 12), expected)
+
+
+@pytest.mark.graded(TOP_P, points=2)
+def test_top_p_matches_transformers(impl):
+    transformers = pytest.importorskip("transformers")
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(6)) * 3
+    for top_p in (0.1, 0.5, 0.9, 1.0):
+        expected = transformers.TopPLogitsWarper(top_p)(None, logits.clone())
+        assert torch.equal(impl.top_p_filter(logits, top_p).isinf(), expected.isinf()), top_p
+
+
+@pytest.mark.graded(TOP_P, points=1)
+def test_top_p_hand_example(impl):
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).log_softmax(-1)  # probabilities roughly .64 .24 .09 .03
+    kept = ~impl.top_p_filter(logits, 0.8).isinf()
+    assert kept.tolist() == [[True, True, False, False]]             # .64 < .8 <= .64 + .24
+    assert (~impl.top_p_filter(logits, 0.01).isinf()).tolist() == [[True, False, False, False]]
+
+
+@pytest.mark.graded(BYTES, points=2)
+def test_kv_cache_bytes(impl):
+    llama2 = PRESETS["llama2-7b"]
+    assert impl.kv_cache_bytes(llama2) == 2 * 32 * 32 * 128 * 2 == 512 * 1024  # one token, fp16
+    assert impl.kv_cache_bytes(llama2, 4096) == 2 * 2**30                      # 2 GiB at 4096 tokens
+    assert impl.kv_cache_bytes(PRESETS["llama2-70b"], 1) == 2 * 80 * 8 * 128 * 2  # GQA: 8 KV heads
+    assert impl.kv_cache_bytes(llama2, 10, batch_size=3, bytes_per_value=4) == 30 * 2 * 32 * 32 * 128 * 4

@@ -1,0 +1,161 @@
+"""KV cache, generation and cost model: exactness against full forwards and transformers,
+sampling support, bad input, and hand-checked numbers."""
+
+import pytest
+import torch
+
+from llama_course import PRESETS, LlamaConfig
+from llama_course.cost import (ACCELERATORS, arithmetic_intensity, decode_bytes, flops_per_token, kv_cache_bytes,
+                               measure_accelerator, prefill_flops, roofline_time)
+from llama_course.generate import generate, sample_next, stream_generate, top_k_filter, top_p_filter
+from llama_course.kv_cache import KVCache
+from llama_course.model import Llama
+
+CONFIG = LlamaConfig(vocab_size=53, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)
+
+
+def tiny(seed=0, device="cpu"):
+    torch.manual_seed(seed)
+    m = Llama(CONFIG, device=device).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    return m
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_prefill_plus_decode_equals_full_forward(device, padded):
+    m = tiny(1, device)
+    ids = torch.randint(0, 53, (2, 12), generator=torch.Generator().manual_seed(2)).to(device)
+    mask = torch.ones(2, 12, dtype=torch.long, device=device)
+    if padded:
+        mask[0, :4] = 0
+    with torch.no_grad():
+        full = m(ids, attention_mask=mask)
+        cache = KVCache(CONFIG, 2, 12, device=device)
+        parts = [m(ids[:, :7], cache=cache, attention_mask=mask[:, :7])]
+        for t in range(7, 12):
+            parts.append(m(ids[:, t:t + 1], cache=cache, attention_mask=mask[:, :t + 1]))
+    real = mask.bool()
+    torch.testing.assert_close(torch.cat(parts, dim=1)[real], full[real], rtol=1e-5, atol=1e-5)
+    assert cache.length == 12
+
+
+def test_the_decode_step_sees_the_whole_cache():
+    m = tiny(3)
+    cache = KVCache(CONFIG, 1, 16)
+    with torch.no_grad():
+        m(torch.arange(6)[None], cache=cache)                      # the 6-token example prompt
+        assert cache.length == 6
+        m(torch.tensor([[7]]), cache=cache)                        # its position is 6
+    assert cache.length == 7 and cache.keys[0].shape == (1, 2, 16, 8)
+
+
+def test_cache_writes_in_place_crop_reset_capacity():
+    cache = KVCache(CONFIG, 1, 4)
+    pointer = cache.keys[0].data_ptr()
+    k = torch.randn(1, 2, 3, 8)
+    cache.update(0, k, k)
+    cache.advance()
+    assert cache.keys[0].data_ptr() == pointer and torch.equal(cache.keys[0][:, :, :3], k)
+    cache.crop(1)
+    assert cache.length == 1
+    with pytest.raises(ValueError, match="capacity"):
+        cache.update(0, torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8))
+    cache.reset()
+    assert cache.length == 0
+    assert cache.nbytes() == 2 * 2 * 1 * 2 * 4 * 8 * 4
+
+
+def test_greedy_matches_transformers_on_left_padded_batch(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=160, max_position_embeddings=128,
+                                         attn_implementation="eager", pad_token_id=0)
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(hf_config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    hf.generation_config.eos_token_id = None
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path)
+    ids = torch.tensor([[0, 0, 0, 7, 8, 9], [3, 4, 5, 6, 7, 8], [0, 11, 12, 13, 14, 15]])
+    mask = (ids != 0).long()
+    expected = hf.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(ours, ids, 24, attention_mask=mask), expected)
+
+
+def test_sampling_is_reproducible_and_streams():
+    m = tiny(4)
+    prompt = torch.tensor([[1, 2, 3]])
+    a = generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7))
+    b = generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(a, b)
+    streamed = list(stream_generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7)))
+    assert torch.equal(torch.stack(streamed, dim=1), a[:, 3:])
+
+
+def test_samples_stay_inside_top_k_and_the_nucleus():
+    logits = torch.randn(1, 40, generator=torch.Generator().manual_seed(8)) * 2
+    g = torch.Generator().manual_seed(9)
+    top5 = set(logits.topk(5).indices[0].tolist())
+    draws = {int(sample_next(logits, 1.0, top_k=5, generator=g)) for _ in range(400)}
+    assert draws <= top5 and len(draws) > 1
+    probs = logits.softmax(-1)[0]
+    order = probs.argsort(descending=True)
+    nucleus = set(order[: int((probs[order].cumsum(0) < 0.7).sum()) + 1].tolist())  # independent count
+    draws = {int(sample_next(logits, 1.0, top_p=0.7, generator=g)) for _ in range(400)}
+    assert draws <= nucleus and len(draws) > 1
+    assert torch.equal(top_k_filter(logits, 40), logits) and torch.equal(top_p_filter(logits, 1.0), logits)
+
+
+def test_eos_stops_each_row():
+    m = tiny(5)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    free = generate(m, prompt, 8)
+    eos = int(free[0, 4])  # row 0's second new token
+    out = generate(m, prompt, 8, eos_token_id=eos)
+    assert torch.equal(out[0, :5], free[0, :5]) and (out[0, 5:] == eos).all()
+    finished = (free == eos)[:, 3:].any(1)
+    if not finished[1]:
+        assert torch.equal(out[1], free[1])
+
+
+def test_bad_input():
+    m = tiny(6)
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="empty prompt"):
+        generate(m, torch.zeros(1, 0, dtype=torch.long), 3)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(m, ids, 3, temperature=1.0, top_p=1.5)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(m, ids, 3, temperature=1.0, top_p=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        generate(m, ids, 3, temperature=1.0, top_k=0)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(m, ids, 3, temperature=-0.1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(m, ids, -1)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        generate(m, ids, 63)
+    assert torch.equal(generate(m, ids, 0), ids)
+
+
+def test_cost_numbers():
+    llama2 = PRESETS["llama2-7b"]
+    assert kv_cache_bytes(llama2) == 524_288 and kv_cache_bytes(llama2, 4096) == 2 * 2**30
+    # 2 FLOPs per weight used in a product: blocks (attention + FFN) and the head; attention over 1 position
+    weights = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096
+    assert flops_per_token(llama2, 1) == 2 * weights + 4 * 32 * 4096
+    assert 13.1e9 < decode_bytes(llama2, 1) < 13.3e9                # about 13.2 GB per decode step in fp16
+    assert arithmetic_intensity(llama2, 1) == pytest.approx(1.0, abs=0.01)   # 2 FLOPs per 2-byte weight
+    assert arithmetic_intensity(llama2, 1, batch_size=64) > 50               # batching reuses the weights
+    assert prefill_flops(llama2, 10) > 10 * flops_per_token(llama2, 1)
+    mixtral = PRESETS["mixtral-8x7b"]
+    assert flops_per_token(mixtral, 1) < 0.3 * 2 * 46.7e9                   # only 2 of 8 experts run
+    h100 = next(a for a in ACCELERATORS if "H100" in a.name)
+    assert roofline_time(flops_per_token(llama2, 1), decode_bytes(llama2, 1), h100) == \
+        pytest.approx(decode_bytes(llama2, 1) / 3.35e12)                     # decode is memory-bound
+    measured = measure_accelerator("cpu", size=256, copy_mb=8, repeats=2)
+    assert measured.tflops > 0 and measured.bandwidth_gbs > 0
