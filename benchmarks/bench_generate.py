@@ -5,6 +5,7 @@ and decode's achieved memory bandwidth.
 
 1. Greedy generation, the same random weights in both libraries (loaded from one save_pretrained
    directory), the same threads, back to back: tokens/s for each and the ratio (goal: >= 1).
+   Both use torch's fused attention (the course model with set_attention_backend("sdpa")).
 2. Cached vs uncached decoding (recompute the whole prefix every step) at 512 new tokens.
 3. Decode of a ~100M-parameter float32 model: bytes read per step (weights + KV cache) / time,
    as a fraction of this machine's measured copy bandwidth (goal: >= 50%).
@@ -43,7 +44,7 @@ def compare_with_transformers(device, batches, new_tokens):
     hf.generation_config.eos_token_id = None
     with tempfile.TemporaryDirectory() as path:
         hf.save_pretrained(path)
-        ours = Llama.from_hf(path, device=device)
+        ours = Llama.from_hf(path, device=device).set_attention_backend("sdpa")
     params = sum(p.numel() for p in ours.parameters()) / 1e6
     print(f"1. greedy generate, {params:.0f}M-parameter float32 model, {new_tokens} new tokens, prompt 32")
     for batch in batches:
@@ -61,7 +62,7 @@ def compare_with_transformers(device, batches, new_tokens):
 def cached_vs_uncached(device, new_tokens=512):
     config = LlamaConfig(vocab_size=4096, d_model=256, n_layers=4, n_heads=4, max_seq_len=1024)
     torch.manual_seed(0)
-    model = Llama(config, device=device).eval()
+    model = Llama(config, device=device).eval().set_attention_backend("sdpa")
     prompt = torch.randint(0, 4096, (1, 16), generator=torch.Generator().manual_seed(2)).to(device)
 
     @torch.no_grad()
@@ -80,7 +81,7 @@ def cached_vs_uncached(device, new_tokens=512):
 def decode_bandwidth(device, steps=32, context=256):
     config = LlamaConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12, max_seq_len=2048)
     torch.manual_seed(0)
-    model = Llama(config, device=device).eval()
+    model = Llama(config, device=device).eval().set_attention_backend("sdpa")
     params = sum(p.numel() for p in model.parameters())
     prompt = torch.randint(0, 32000, (1, context), generator=torch.Generator().manual_seed(3)).to(device)
     generate(model, prompt, 2)

@@ -70,6 +70,16 @@ class Llama(nn.Module):
         for layer in self.layers:
             layer.self_attn.position_hook = self.rotary
 
+    def set_attention_backend(self, backend: str) -> "Llama":
+        """"explicit" (every step spelled out, the default) or "sdpa" (torch's fused kernels: the
+        choice for speed, especially on GPUs). The results agree up to rounding."""
+        from .attention import BACKENDS
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        for layer in self.layers:
+            layer.self_attn.backend = backend
+        return self
+
     def reset_parameters(self) -> None:
         """N(0, 0.02^2) for the embedding and every Linear; RMSNorm weights = 1."""
         for module in self.modules():

@@ -159,3 +159,14 @@ def test_cost_numbers():
         pytest.approx(decode_bytes(llama2, 1) / 3.35e12)                     # decode is memory-bound
     measured = measure_accelerator("cpu", size=256, copy_mb=8, repeats=2)
     assert measured.tflops > 0 and measured.bandwidth_gbs > 0
+
+
+def test_sdpa_backend_generates_the_same_tokens():
+    m = tiny(7)
+    prompt = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
+    mask = (prompt != 0).long()
+    explicit = generate(m, prompt, 12, attention_mask=mask)
+    fused = generate(m.set_attention_backend("sdpa"), prompt, 12, attention_mask=mask)
+    assert torch.equal(fused, explicit)
+    with pytest.raises(ValueError, match="backend"):
+        m.set_attention_backend("flash")
