@@ -69,7 +69,7 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 
-def _check_qkv(q, k, v, mask) -> None:
+def _check_qkv(q, k, v, mask, kv_groups: int = 1) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -83,7 +83,8 @@ def _check_qkv(q, k, v, mask) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise TypeError(f"mask must be a boolean tensor (True = may attend), got "
                             f"{getattr(mask, 'dtype', type(mask).__name__)}")
-        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+        kv_lead = (*k.shape[:-3], k.shape[-3] * kv_groups) if kv_groups > 1 else k.shape[:-2]
+        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], kv_lead), q.shape[-2], k.shape[-2])
         try:
             shape = torch.broadcast_shapes(mask.shape, scores_shape)
         except RuntimeError:
@@ -147,6 +148,59 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.reshape(batch, kv_heads * n_rep, seq, head_dim)          # (B, H, T, d)
 
 
+def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                  backend: str = "explicit") -> torch.Tensor:
+    """Grouped-query attention without materialising repeated keys and values.
+
+    q (B, H, T, d); k, v (B, H_kv, S, d) with H = H_kv * n_rep. Query head h reads KV head
+    h // n_rep (repeat_kv's convention). The queries are viewed as (B, H_kv, n_rep, T, d) so each
+    group's n_rep heads share one K and one V: no (B, H, S, d) copy is made. ``mask`` broadcasts
+    to (B, H, T, S) as for scaled_dot_product_attention. Returns (B, H, T, d_v).
+    """
+    batch, n_heads, seq, head_dim = q.shape
+    kv_heads = k.shape[1]
+    if n_heads % kv_heads:
+        raise ValueError(f"q's {n_heads} heads must be a multiple of k's {kv_heads} heads")
+    if backend == "sdpa":
+        _check_qkv(q, k, v, mask, kv_groups=n_heads // kv_heads)  # torch's kernels share KV heads themselves
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        if mask is not None:
+            out = torch.where(mask.any(dim=-1, keepdim=True), out, torch.zeros_like(out))
+        return out
+    n_rep = n_heads // kv_heads
+    q = q.view(batch, kv_heads, n_rep, seq, head_dim)            # (B, H_kv, n_rep, T, d)
+    k, v = k.unsqueeze(2), v.unsqueeze(2)                        # (B, H_kv, 1, S, d) shared by the group
+    if mask is not None:
+        if mask.dim() == 4 and mask.shape[1] != 1:               # per-head mask (B, H, T, S)
+            mask = mask.view(mask.shape[0], kv_heads, n_rep, *mask.shape[2:])
+        elif mask.dim() >= 3:
+            mask = mask.unsqueeze(-3)                            # (..., 1, T, S) broadcasts over n_rep
+    out = scaled_dot_product_attention(q, k, v, mask, backend=backend)  # (B, H_kv, n_rep, T, d)
+    return out.reshape(batch, n_heads, seq, v.shape[-1])         # (B, H, T, d)
+
+
+def mha_to_gqa(weights: dict[str, torch.Tensor], n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
+    """Convert multi-head attention weights to grouped-query attention by mean-pooling the key and
+    value heads of each group (Ainslie et al. 2023): KV head j becomes the mean of heads
+    j*n_rep .. (j+1)*n_rep - 1, the query heads that will share it.
+
+    ``weights`` holds "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" (other
+    keys are copied); k/v go from (n_heads * hd, d) to (n_kv_heads * hd, d).
+    """
+    if n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must be >= 1 and divide n_heads ({n_heads})")
+    out = dict(weights)
+    for name in ("k_proj.weight", "v_proj.weight"):
+        w = weights[name]
+        rows, d_in = w.shape
+        if rows % n_heads:
+            raise ValueError(f"{name} has {rows} rows, not a multiple of n_heads ({n_heads})")
+        head_dim = rows // n_heads
+        grouped = w.view(n_kv_heads, n_heads // n_kv_heads, head_dim, d_in)  # (H_kv, n_rep, hd, d)
+        out[name] = grouped.mean(dim=1).reshape(n_kv_heads * head_dim, d_in)  # (H_kv * hd, d)
+    return out
+
+
 # A position hook: (q, k, positions) -> (q, k). Chapter 4 has none; Chapter 5 puts RoPE here.
 PositionHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -172,6 +226,12 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
         self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
+        if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
+            from .norm import RMSNorm
+            self.q_norm = RMSNorm(hd, config.norm_eps, device=device, dtype=dtype)
+            self.k_norm = RMSNorm(hd, config.norm_eps, device=device, dtype=dtype)
+        else:
+            self.q_norm = self.k_norm = None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 cache=None, layer_idx: int = 0) -> torch.Tensor:
@@ -185,6 +245,8 @@ class Attention(nn.Module):
         q = split_heads(self.q_proj(x), self.n_heads)      # (B, H, T, hd)
         k = split_heads(self.k_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
         v = split_heads(self.v_proj(x), self.n_kv_heads)   # (B, H_kv, T, hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)          # per head, over hd
         if self.position_hook is not None:
             if positions is None:
                 start = cache.length if cache is not None else 0
@@ -192,9 +254,7 @@ class Attention(nn.Module):
             q, k = self.position_hook(q, k, positions)     # rotate q and k, never v
         if cache is not None:
             k, v = cache.update(layer_idx, k, v)           # (B, H_kv, T_kv, hd) past + new
-        n_rep = self.n_heads // self.n_kv_heads
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)    # (B, H, T_kv, hd)
         if mask is None:
             mask = causal_mask(seq, k.shape[-2], device=x.device)  # (T, T_kv)
-        out = scaled_dot_product_attention(q, k, v, mask, backend=self.backend)  # (B, H, T, hd)
+        out = gqa_attention(q, k, v, mask, backend=self.backend)  # (B, H, T, hd), KV heads shared
         return self.o_proj(merge_heads(out))               # (B, T, d)

@@ -41,9 +41,11 @@ def config_from_hf(hf: dict) -> LlamaConfig:
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    if model_type != "llama":
-        raise ValueError(f"model_type {model_type!r} is planned (Chapters 9 and 10) but not written yet; "
-                         f"supported now: llama")
+    if model_type == "mixtral":
+        raise ValueError("model_type 'mixtral' is planned (Chapter 10) but not written yet; "
+                         "supported now: llama, qwen3")
+    if model_type == "qwen3" and hf.get("use_sliding_window"):
+        raise ValueError("Qwen3 with use_sliding_window=true is not supported (the course has no sliding window)")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"{flag}=true: LLaMA has no biases and the course model has none")
@@ -59,7 +61,7 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         d_ff=hf["intermediate_size"], rope_theta=float(theta), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_seq_len=hf.get("max_position_embeddings", 4096), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling)
+        head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3")
 
 
 def _hf_shards(path: Path) -> list[Path]:

@@ -53,6 +53,7 @@ class LlamaConfig:
     head_dim              width of one attention head (None -> d_model / n_heads; Qwen3 sets it)
     rope_layout           "interleaved" (Meta, the course) or "half" (Hugging Face checkpoints)
     rope_scaling          None, or Hugging Face's rope_scaling dict (see rope.rope_inv_freq)
+    qk_norm               RMSNorm on each head's queries and keys before RoPE (Qwen3)
     """
 
     vocab_size: int
@@ -72,6 +73,7 @@ class LlamaConfig:
     head_dim: int | None = None
     rope_layout: str = "interleaved"
     rope_scaling: dict | None = None
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
@@ -89,8 +91,9 @@ class LlamaConfig:
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
-        if not isinstance(self.tie_embeddings, bool):
-            raise TypeError(f"tie_embeddings must be a bool, got {type(self.tie_embeddings).__name__}")
+        for name in ("tie_embeddings", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if self.head_dim is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
@@ -151,7 +154,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
         attention   = d * (H * hd) + 2 * d * (H_kv * hd) + (H * hd) * d     W_Q, W_K, W_V, W_O
         ffn         = n_experts * 3 * d * d_ff                W_gate, W_up, W_down per expert
         router      = d * n_experts   (0 for a dense model)   MoE gate
-        norms       = 2 * d                                   two RMSNorm weights per block
+        norms       = 2 * d (+ 2 * head_dim with qk_norm)     RMSNorm weights per block
         per_block   = attention + ffn + router + norms
         blocks      = L * per_block
         final_norm  = d
@@ -170,7 +173,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
         "attention": d * config.n_heads * hd + 2 * d * config.n_kv_heads * hd + config.n_heads * hd * d,
         "ffn": config.n_experts * expert,
         "router": d * config.n_experts if config.n_experts > 1 else 0,
-        "norms": 2 * d,
+        "norms": 2 * d + (2 * hd if config.qk_norm else 0),
     }
     counts["per_block"] = counts["attention"] + counts["ffn"] + counts["router"] + counts["norms"]
     counts["blocks"] = config.n_layers * counts["per_block"]

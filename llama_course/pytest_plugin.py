@@ -103,6 +103,28 @@ def impl(request):
     return module
 
 
+@pytest.fixture
+def impl_source(request):
+    """A function giving the source text of one function of the implementation under test, read
+    from its file (the student's code is never imported by the grader to get it)."""
+    import ast
+    import inspect
+
+    folder = impl_folder(request.config)
+
+    def source(name: str) -> str:
+        if folder is None:
+            return inspect.getsource(getattr(PackageImpl(getattr(request.module, "PACKAGE_MODULES",
+                                                                 ["llama_course"])), name))
+        text = (folder / f"{_module_name(request)}.py").read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                return ast.get_source_segment(text, node)
+        pytest.fail(f"no function {name} in the file", pytrace=False)
+
+    return source
+
+
 class PackageImpl:
     """--impl=package: the package's reference functions, looked up in the modules a graded test
     file lists in PACKAGE_MODULES. An exercise with no package counterpart (a helper such as
