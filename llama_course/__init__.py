@@ -11,6 +11,8 @@ One module per idea, in the order the book teaches them:
     ffn      silu, swiglu, SwiGLU                                      (Chapter 6)
     model    LlamaBlock, Llama (+ checkpoint: Llama.from_hf, from_meta) (Chapter 7)
     kv_cache, generate, cost   KVCache, generate, roofline numbers     (Chapter 8)
+    attention.gqa_attention, mha_to_gqa; Qwen3 checkpoints              (Chapter 9)
+    moe      MoE, route_topk, load_balancing_loss; Mixtral checkpoints  (Chapter 10)
     tokenizer  train_bpe, BPETokenizer, llama3_tokenizer               (Chapter 2)
     utils    get_device, seed_everything
     plots    figures (imports matplotlib lazily)
@@ -25,6 +27,7 @@ from .generate import generate, stream_generate
 from .kv_cache import KVCache
 from .loss import next_token_loss
 from .model import Llama, LlamaBlock
+from .moe import MoE, load_balancing_loss, route_topk
 from .norm import RMSNorm, layer_norm, rms_norm
 from .rope import RotaryEmbedding, apply_rope
 from .utils import get_device, seed_everything
@@ -37,6 +40,7 @@ __all__ = [
     "Llama",
     "LlamaBlock",
     "LlamaConfig",
+    "MoE",
     "PRESETS",
     "RMSNorm",
     "RotaryEmbedding",
@@ -49,9 +53,11 @@ __all__ = [
     "generate",
     "get_device",
     "layer_norm",
+    "load_balancing_loss",
     "next_token_loss",
     "padding_mask",
     "rms_norm",
+    "route_topk",
     "scaled_dot_product_attention",
     "seed_everything",
     "silu",

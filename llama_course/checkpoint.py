@@ -41,10 +41,8 @@ def config_from_hf(hf: dict) -> LlamaConfig:
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    if model_type == "mixtral":
-        raise ValueError("model_type 'mixtral' is planned (Chapter 10) but not written yet; "
-                         "supported now: llama, qwen3")
-    if model_type == "qwen3" and hf.get("use_sliding_window"):
+    if model_type in ("qwen3", "mixtral") and (hf.get("use_sliding_window") or
+                                               (model_type == "mixtral" and hf.get("sliding_window"))):
         raise ValueError("Qwen3 with use_sliding_window=true is not supported (the course has no sliding window)")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
@@ -61,7 +59,8 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         d_ff=hf["intermediate_size"], rope_theta=float(theta), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_seq_len=hf.get("max_position_embeddings", 4096), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3")
+        head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3",
+        n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
 
 
 def _hf_shards(path: Path) -> list[Path]:
@@ -75,11 +74,23 @@ def _hf_shards(path: Path) -> list[Path]:
     raise ValueError(f"{path} has no model.safetensors or model.safetensors.index.json")
 
 
+_MIXTRAL_NAMES = [  # Mixtral's checkpoint names -> the course's MoE module
+    (r"(layers\.\d+)\.block_sparse_moe\.gate\.weight", r"\1.mlp.gate.weight"),
+    (r"(layers\.\d+)\.block_sparse_moe\.experts\.(\d+)\.w1\.weight", r"\1.mlp.experts.\2.gate_proj.weight"),
+    (r"(layers\.\d+)\.block_sparse_moe\.experts\.(\d+)\.w3\.weight", r"\1.mlp.experts.\2.up_proj.weight"),
+    (r"(layers\.\d+)\.block_sparse_moe\.experts\.(\d+)\.w2\.weight", r"\1.mlp.experts.\2.down_proj.weight"),
+]
+
+
 def hf_to_course_name(name: str) -> str | None:
     """transformers' parameter name -> the course's (None for buffers the course recomputes)."""
     if name.endswith("rotary_emb.inv_freq"):
         return None
-    return name[len("model."):] if name.startswith("model.") else name
+    name = name[len("model."):] if name.startswith("model.") else name
+    for pattern, replacement in _MIXTRAL_NAMES:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, replacement, name)
+    return name
 
 
 def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:

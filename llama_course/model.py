@@ -18,6 +18,7 @@ from torch import nn
 from .attention import Attention, causal_mask, padding_mask
 from .config import LlamaConfig
 from .ffn import SwiGLU
+from .moe import MoE
 from .norm import RMSNorm
 from .rope import RotaryEmbedding
 
@@ -32,10 +33,11 @@ class LlamaBlock(nn.Module):
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
         self.self_attn = Attention(config, position_hook=rotary, device=device, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        if config.n_experts > 1:
-            raise ValueError("n_experts > 1 needs the mixture-of-experts layer of Chapter 10 "
-                             "(llama_course.moe), which is not written yet")
-        self.mlp = SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
+        if config.n_experts > 1:   # Mixtral: a router and n_experts SwiGLU FFNs (Chapter 10)
+            self.mlp = MoE(config.d_model, config.d_ff, config.n_experts, config.n_experts_per_token,
+                           device=device, dtype=dtype)
+        else:
+            self.mlp = SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 cache=None, layer_idx: int = 0) -> torch.Tensor:
@@ -69,6 +71,11 @@ class Llama(nn.Module):
         self.rotary = self._make_rotary(device)
         for layer in self.layers:
             layer.self_attn.position_hook = self.rotary
+
+    def router_logits(self) -> tuple[torch.Tensor, ...]:
+        """Each MoE layer's router logits (N, E) from the last forward (empty for a dense model),
+        for load_balancing_loss and router_z_loss."""
+        return tuple(layer.mlp.router_logits for layer in self.layers if isinstance(layer.mlp, MoE))
 
     def set_attention_backend(self, backend: str) -> "Llama":
         """"explicit" (every step spelled out, the default) or "sdpa" (torch's fused kernels: the

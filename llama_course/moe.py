@@ -1,0 +1,132 @@
+"""Mixture of Experts (Chapter 10): many SwiGLU FFNs per layer, a router picks k for each token.
+
+    p       = softmax(x W_router^T)                 (N, E) in float32: how much each expert fits
+    w, e    = top-k of p                            the k best experts of every token
+    w       = w / sum(w)                            renormalised (Mixtral; Qwen3-MoE's default skips it)
+    y       = sum_j w_j * Expert_{e_j}(x)           only k of the E experts run for a token
+
+Tokens are grouped by expert (a sort), each expert runs once on its group, and the results are
+added back with index_add_: the work is k / E of running every expert on every token.
+
+Auxiliary losses: load balancing (Switch Transformer / Mixtral, as in transformers) and the
+router z-loss (ST-MoE). Optional capacity factor: each expert takes at most
+ceil(capacity_factor * N * k / E) assignments; the rest are dropped (in token order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .ffn import SwiGLU
+
+
+def _check_topk(top_k, n_experts) -> None:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_experts:
+        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
+
+
+def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routing weights (N, k) in float32 and expert indices (N, k) from router logits (N, E)."""
+    if not isinstance(router_logits, torch.Tensor) or router_logits.dim() < 1:
+        raise ValueError("router_logits must be a (..., n_experts) tensor")
+    _check_topk(top_k, router_logits.shape[-1])
+    probs = torch.softmax(router_logits.float(), dim=-1)          # (N, E) float32
+    weights, experts = probs.topk(top_k, dim=-1)                  # (N, k), (N, k)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)     # the k weights sum to 1
+    return weights, experts
+
+
+class MoE(nn.Module):
+    """A sparse mixture-of-experts FFN with Mixtral's shapes.
+
+    gate     nn.Linear(d_model, n_experts), no bias: the router
+    experts  n_experts SwiGLU FFNs of width d_ff
+    After each forward, ``router_logits`` (N, E) and ``dropped`` (assignments over capacity) are kept.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int, normalize_topk: bool = True,
+                 capacity_factor: float | None = None, device=None, dtype=None):
+        super().__init__()
+        _check_topk(top_k, n_experts)
+        if capacity_factor is not None and not capacity_factor > 0:
+            raise ValueError(f"capacity_factor must be > 0 or None, got {capacity_factor!r}")
+        self.n_experts, self.top_k = n_experts, top_k
+        self.normalize_topk, self.capacity_factor = normalize_topk, capacity_factor
+        self.gate = nn.Linear(d_model, n_experts, bias=False, device=device, dtype=dtype)
+        self.experts = nn.ModuleList(SwiGLU(d_model, d_ff, device=device, dtype=dtype) for _ in range(n_experts))
+        self.router_logits: torch.Tensor | None = None
+        self.dropped = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])                                    # (N, d) every token
+        logits = self.gate(x)                                           # (N, E)
+        weights, experts = route_topk(logits, self.top_k, self.normalize_topk)  # (N, k), (N, k)
+        self.router_logits = logits
+
+        flat_expert = experts.reshape(-1)                               # (N*k,) one row per assignment
+        flat_token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)  # (N*k,)
+        flat_weight = weights.reshape(-1)                               # (N*k,)
+        order = flat_expert.argsort(stable=True)                        # assignments grouped by expert
+        counts = torch.bincount(flat_expert, minlength=self.n_experts).tolist()
+        capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.n_experts) \
+            if self.capacity_factor is not None else None
+
+        out = torch.zeros_like(x)                                       # (N, d)
+        start, dropped = 0, 0
+        for e, count in enumerate(counts):                              # a loop over experts, not tokens
+            chosen = order[start:start + count]                         # this expert's assignments, token order
+            start += count
+            if capacity is not None and count > capacity:
+                dropped += count - capacity
+                chosen = chosen[:capacity]                              # over capacity: dropped
+            if chosen.numel() == 0:
+                continue
+            tokens = flat_token[chosen]                                 # (n_e,)
+            y = self.experts[e](x[tokens]) * flat_weight[chosen, None]  # (n_e, d) weighted in float32
+            out.index_add_(0, tokens, y.to(x.dtype))                    # combine: sum over the k experts
+        self.dropped = dropped
+        return out.reshape(shape)
+
+
+def load_balancing_loss(router_logits, n_experts: int, top_k: int,
+                        attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Switch/Mixtral auxiliary loss, as transformers computes it:
+
+        f_e = (top-k assignments to expert e) / tokens      (sums to k)
+        P_e = mean router probability of expert e
+        loss = E * sum_e f_e * P_e                           (= k when perfectly balanced)
+
+    ``router_logits``: one (N, E) tensor or a tuple of them (one per layer, pooled).
+    ``attention_mask`` (batch, seq) of 0/1 leaves padding out.
+    """
+    layers = router_logits if isinstance(router_logits, (tuple, list)) else (router_logits,)
+    for logits in layers:
+        if logits.shape[-1] != n_experts:
+            raise ValueError(f"router logits have {logits.shape[-1]} experts in their last dimension, "
+                             f"expected n_experts={n_experts}")
+    _check_topk(top_k, n_experts)
+    device = layers[0].device
+    assigned = torch.zeros(n_experts, device=device)
+    probability = torch.zeros(n_experts, device=device)
+    rows = torch.zeros((), device=device)
+    for logits in layers:
+        probs = torch.softmax(logits.float().reshape(-1, n_experts), dim=-1)   # (N, E)
+        chosen = probs.topk(top_k, dim=-1).indices                            # (N, k)
+        keep = torch.ones(probs.shape[0], device=device) if attention_mask is None else \
+            attention_mask.reshape(-1).to(device=device, dtype=torch.float32)  # (N,)
+        assigned = assigned.scatter_add(0, chosen.reshape(-1), keep.repeat_interleave(top_k))
+        probability = probability + (probs * keep[:, None]).sum(dim=0)
+        rows = rows + keep.sum()
+    return n_experts * torch.sum((assigned / rows) * (probability / rows))
+
+
+def router_z_loss(router_logits) -> torch.Tensor:
+    """ST-MoE's z-loss: mean over tokens of logsumexp(router logits)^2; keeps the logits small."""
+    layers = router_logits if isinstance(router_logits, (tuple, list)) else (router_logits,)
+    z = torch.cat([torch.logsumexp(l.float().reshape(-1, l.shape[-1]), dim=-1) for l in layers])
+    return z.pow(2).mean()
