@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed-stamp
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg -p no:cacheprovider
 
-.PHONY: help install install-cuda book test test-unit test-package test-notebooks test-book \
+.PHONY: help install install-cuda book lab test test-unit test-package test-notebooks test-book \
         exercises grade autograder lock clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
 	@echo "make test        the whole suite: unit, graded, stubs, grader, notebooks, book build"
+	@echo "make lab         JupyterLab on book/ with the course kernel registered"
 	@echo "make exercises   regenerate exercises/ from solutions/"
 	@echo "make grade       grade exercises/ (python -m llama_course.grade exercises/)"
 	@echo "make autograder  build the Gradescope autograder zip into _build/"
@@ -36,6 +37,11 @@ install-cuda: install
 book: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
+
+# JupyterLab with this environment registered as the "LLaMA from the Inside" kernel.
+lab: install
+	$(PY) -m ipykernel install --user --name llama-course --display-name "LLaMA from the Inside"
+	$(VENV)/bin/jupyter lab book/
 
 test: install test-unit test-package test-notebooks test-book
 	@echo "make test: all checks passed"

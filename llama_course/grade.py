@@ -168,6 +168,45 @@ def write_atomically(path: Path, data: dict) -> None:
     os.replace(handle.name, path)
 
 
+def grade_class(submissions: Path, out_dir: Path, chapters: list[int], timeout: float) -> int:
+    """Grade every sub-folder of ``submissions`` (one per student), each in its own process; write
+    out_dir/<student>.json and out_dir/class.csv; print one row per student."""
+    import csv
+    import subprocess
+
+    students = sorted(p for p in submissions.iterdir() if p.is_dir())
+    if not students:
+        print(f"no student folders in {submissions}", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, exercises = [], []
+    for student in students:
+        out = out_dir / f"{student.name}.json"
+        command = [sys.executable, "-m", "llama_course.grade", str(student), "--out", str(out), "--timeout", str(timeout)]
+        for chapter in chapters:
+            command += ["--chapter", str(chapter)]
+        subprocess.run(command, capture_output=True, text=True)
+        results = json.loads(out.read_text()) if out.exists() else {"score": 0, "max_score": 0, "tests": []}
+        per_exercise: dict[str, float] = {}
+        for test in results["tests"]:
+            name = test["name"].split(" :: ")[0]
+            per_exercise[name] = per_exercise.get(name, 0.0) + test["score"]
+            if name not in exercises:
+                exercises.append(name)
+        rows.append((student.name, results["score"], results.get("max_score", 0), per_exercise))
+    with open(out_dir / "class.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "score", "max_score", *exercises])
+        for name, score, possible, per in rows:
+            writer.writerow([name, _num(score), _num(possible), *(_num(per.get(e, 0)) for e in exercises)])
+    width = max(len(r[0]) for r in rows + [("student",)])
+    print(f"{'student':<{width}}  {'points':>11}")
+    for name, score, possible, _ in rows:
+        print(f"{name:<{width}}  {_num(score):>5} / {_num(possible):<5}")
+    print(f"\nper-exercise scores: {out_dir / 'class.csv'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llama_course.grade", description="Grade the course exercises.")
     parser.add_argument("path", nargs="?", default="exercises", type=Path,
@@ -176,7 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results.json"), help="where to write results.json")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds each test may spend in your code")
     parser.add_argument("--tests", type=Path, default=REPO / "tests" / "graded", help=argparse.SUPPRESS)
+    parser.add_argument("--class", dest="class_dir", type=Path, metavar="SUBMISSIONS",
+                        help="grade every sub-folder of SUBMISSIONS (one per student); results go to --out-dir")
+    parser.add_argument("--out-dir", type=Path, default=Path("grades"), help="with --class: where results go")
     args = parser.parse_args(argv)
+    if args.class_dir is not None:
+        if not args.class_dir.is_dir():
+            parser.error(f"{args.class_dir} is not a folder")
+        return grade_class(args.class_dir, args.out_dir, args.chapter, args.timeout)
     if not args.path.is_dir():
         parser.error(f"{args.path} is not a folder")
     if not args.tests.is_dir():

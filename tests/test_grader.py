@@ -91,3 +91,19 @@ def test_syntax_error_is_reported(tmp_path):
     assert run.returncode == 0, run.stderr
     output = json.loads((tmp_path / "results.json").read_text())["tests"][0]["output"]
     assert "could not import ch01_anatomy.py" in output and "SyntaxError" in output
+
+
+def test_grading_a_class(tmp_path):
+    import shutil
+
+    for student in ("ada", "bob"):
+        (tmp_path / "subs" / student).mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / "ch01_anatomy.py", tmp_path / "subs" / "ada")
+    shutil.copy(REPO / "exercises" / "ch01_anatomy.py", tmp_path / "subs" / "bob")
+    run = grade("--class", tmp_path / "subs", "--out-dir", tmp_path / "grades", "--chapter", "1", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = (tmp_path / "grades" / "class.csv").read_text().splitlines()
+    assert rows[0].startswith("student,score,max_score,Exercise 1.1")
+    ada, bob = rows[1].split(","), rows[2].split(",")
+    assert ada[0] == "ada" and ada[1] == ada[2] != "0" and bob[0] == "bob" and bob[1] == "0"
+    assert (tmp_path / "grades" / "ada.json").exists()

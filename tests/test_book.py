@@ -1,0 +1,60 @@
+"""The book's notebooks follow the course's rules (COURSE_DESIGN.md, "Notebooks")."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOC = (REPO / "_toc.yml").read_text()
+NOTEBOOKS = sorted(REPO / f"{name}.ipynb" for name in re.findall(r"file: (book/ch\d\d_\w+)", TOC))
+
+
+def cells(path):
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def test_every_chapter_notebook_in_book_is_in_the_toc():
+    on_disk = sorted((REPO / "book").glob("ch[0-9][0-9]_*.ipynb"))
+    assert [p.name for p in on_disk] == [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_figures_have_captions_and_alt_text(path):
+    for i, cell in enumerate(cells(path)):
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        if images:
+            meta = cell.get("metadata", {}).get("mystnb", {})
+            assert meta.get("figure", {}).get("caption"), f"{path.name} cell {i}: figure without a caption"
+            assert meta.get("figure", {}).get("name"), f"{path.name} cell {i}: figure without a name"
+            assert meta.get("image", {}).get("alt"), f"{path.name} cell {i}: figure without alt text"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_structure_and_clean_outputs(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    markdown = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert re.search(r"^## Summary", markdown, re.M), "a chapter ends with a summary"
+    assert "Check your understanding" in markdown and ":class: dropdown" in markdown
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert any("parameters" in c.get("metadata", {}).get("tags", []) for c in code), "a parameters cell"
+    assert any("google.colab" in "".join(c["source"]) for c in code[:2]), "a Colab set-up cell first"
+    for c in code:
+        assert c.get("execution_count") is not None, "the notebook is executed and its outputs committed"
+        for output in c.get("outputs", []):
+            assert output["output_type"] != "error"
+            assert output.get("name") != "stderr", f"stderr output stored in {path.name}: {''.join(output['text'])[:80]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercises_are_listed_with_the_grader_command(path):
+    number = int(path.stem[2:4])
+    solutions = list((REPO / "solutions").glob(f"ch{number:02d}_*.py"))
+    if not solutions:
+        pytest.skip("this chapter has no graded exercises")
+    markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    assert "python -m llama_course.grade exercises/" in markdown
+    for label in re.findall(r"# BEGIN SOLUTION (Exercise \d+\.\d+) (\w+)", solutions[0].read_text()):
+        assert label[0] in markdown, f"{path.name} does not list {label[0]}"
