@@ -9,7 +9,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg -p no:cacheprovider
 
 .PHONY: help install install-cuda book lab test test-unit test-package test-notebooks test-book \
-        exercises grade autograder lock clean
+        exercises grade autograder student-release lock clean
 
 help:
 	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
@@ -18,6 +18,7 @@ help:
 	@echo "make exercises   regenerate exercises/ from solutions/"
 	@echo "make grade       grade exercises/ (python -m llama_course.grade exercises/)"
 	@echo "make autograder  build the Gradescope autograder zip into _build/"
+	@echo "make student-release  dist/llama-course-student.tar.gz without solutions/"
 	@echo "make install-cuda  replace the CPU build of torch with PyPI's CUDA build"
 
 # torch first, on its own and pinned, so a CPU machine never pulls a multi-GB CUDA build;
@@ -71,6 +72,12 @@ grade: install
 
 autograder: install
 	$(PY) -m llama_course.autograder --out _build/autograder.zip
+
+# The committed tree without the instructor's key.
+student-release:
+	mkdir -p dist
+	git archive --format=tar.gz --prefix=llama-course/ -o dist/llama-course-student.tar.gz HEAD -- . ':(exclude)solutions'
+	@echo "wrote dist/llama-course-student.tar.gz (no solutions/)"
 
 lock:
 	$(PY) -m pip freeze --all --exclude-editable | grep -v -E '^(torch|pip)==' | \
