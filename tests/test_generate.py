@@ -10,6 +10,7 @@ from llama_course.cost import (ACCELERATORS, arithmetic_intensity, decode_bytes,
 from llama_course.generate import generate, sample_next, stream_generate, top_k_filter, top_p_filter
 from llama_course.kv_cache import KVCache
 from llama_course.model import Llama
+from llama_course.testing import realistic_weights_
 
 CONFIG = LlamaConfig(vocab_size=53, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)
 
@@ -17,9 +18,7 @@ CONFIG = LlamaConfig(vocab_size=53, d_model=32, n_layers=2, n_heads=4, n_kv_head
 def tiny(seed=0, device="cpu"):
     torch.manual_seed(seed)
     m = Llama(CONFIG, device=device).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    realistic_weights_(m, std=0.3)
     return m
 
 
@@ -74,9 +73,7 @@ def test_greedy_matches_transformers_on_left_padded_batch(tmp_path):
                                          attn_implementation="eager", pad_token_id=0)
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(hf_config).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    realistic_weights_(hf, std=0.2)
     hf.generation_config.eos_token_id = None
     hf.save_pretrained(tmp_path)
     ours = Llama.from_hf(tmp_path)

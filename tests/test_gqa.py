@@ -9,6 +9,7 @@ from llama_course import LlamaConfig, count_parameters
 from llama_course.attention import Attention, causal_mask, gqa_attention, mha_to_gqa, padding_mask, repeat_kv
 from llama_course.attention import scaled_dot_product_attention
 from llama_course.model import Llama
+from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,9 +53,7 @@ def test_qwen3_logits_match_transformers(tmp_path, device):
                                       rms_norm_eps=1e-6, attn_implementation="eager")
     torch.manual_seed(2)
     reference = transformers.Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in reference.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    realistic_weights_(reference, std=0.2)
     reference.save_pretrained(tmp_path)
     ours = Llama.from_hf(tmp_path, device=device)
     assert ours.config.qk_norm and ours.config.head_dim == 32 and ours.config.tie_embeddings

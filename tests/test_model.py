@@ -9,6 +9,7 @@ from llama_course import PRESETS, LlamaConfig, count_parameters
 from llama_course.checkpoint import CheckpointError, meta_to_course_name
 from llama_course.model import Llama
 from llama_course.rope import half_to_interleaved
+from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 
@@ -27,9 +28,7 @@ def hf_model(name, seed=0):
                                       attn_implementation="eager")
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for param_name, p in model.named_parameters():  # realistic scale: std 0.2, norms around 1
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in param_name else 0.2 * torch.randn_like(p))
+    realistic_weights_(model, std=0.2)
     return model
 
 

@@ -7,6 +7,7 @@ import torch
 from llama_course import LlamaConfig, count_parameters
 from llama_course.model import Llama
 from llama_course.moe import MoE, load_balancing_loss, route_topk, router_z_loss
+from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 modeling_mixtral = pytest.importorskip("transformers.models.mixtral.modeling_mixtral")
@@ -19,9 +20,7 @@ def mixtral(seed=0, layers=2):
                                         attn_implementation="eager")
     torch.manual_seed(seed)
     model = transformers.MixtralForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    realistic_weights_(model, std=0.2)
     return model
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from llama_course import LlamaConfig
+from llama_course.testing import realistic_weights_
 
 BLOCK = "Exercise 7.1 llama_block"
 FORWARD = "Exercise 7.2 llama_forward"
@@ -23,9 +24,7 @@ def hf_model(tie=False, n_kv_heads=2, seed=0):
                                       rope_theta=10000.0, attn_implementation="eager")
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    realistic_weights_(model, std=0.2)
     course = LlamaConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_ff=160,
                          norm_eps=1e-5, max_seq_len=128, tie_embeddings=tie, rope_layout="half")
     return model, course

@@ -10,6 +10,7 @@ import torch
 
 from llama_course import PRESETS, LlamaConfig
 from llama_course.model import Llama
+from llama_course.testing import realistic_weights_
 
 PACKAGE_MODULES = ["llama_course.kv_cache", "llama_course.generate", "llama_course.cost"]
 
@@ -25,9 +26,7 @@ CONFIG = LlamaConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_head
 def model(seed=0):
     torch.manual_seed(seed)
     m = Llama(CONFIG).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.2 * torch.randn_like(p))
+    realistic_weights_(m, std=0.2)
     return m
 
 
@@ -84,9 +83,7 @@ def test_greedy_matches_transformers(impl, tmp_path):
                                          attn_implementation="eager", pad_token_id=0)
     torch.manual_seed(5)
     hf = transformers.LlamaForCausalLM(hf_config).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    realistic_weights_(hf, std=0.3)
     hf.save_pretrained(tmp_path)
     ours = Llama.from_hf(tmp_path)
     hf.generation_config.eos_token_id = None  # no early stop: compare all 12 new tokens

@@ -1,0 +1,23 @@
+"""Helpers for tests and notebooks: weights at a realistic scale.
+
+Freshly initialised models have tiny weights (std 0.02), small enough that many mistakes -- a
+wrong RoPE layout, a missing norm -- change the outputs by less than a loose tolerance. Tests
+therefore use weights with std 0.2 and norm gains around 1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+@torch.no_grad()
+def realistic_weights_(model: nn.Module, std: float = 0.2, norm_std: float = 0.1) -> nn.Module:
+    """In place: every matrix ~ N(0, std^2), every norm weight ~ 1 + N(0, norm_std^2). Uses torch's
+    global generator (seed it first). Returns the model."""
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_(1 + norm_std * torch.randn_like(p))
+        else:
+            p.copy_(std * torch.randn_like(p))
+    return model
