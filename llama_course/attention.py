@@ -69,6 +69,19 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 
+def _broadcast(*shapes) -> tuple[int, ...] | None:
+    """numpy's broadcasting rule on shapes (None if they do not broadcast). Plain Python: the
+    torch equivalent pulls in sympy on first use, a second of import time."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*((1,) * (ndim - len(s)) + tuple(s) for s in shapes)):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 def _check_qkv(q, k, v, mask, kv_groups: int = 1) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -83,13 +96,12 @@ def _check_qkv(q, k, v, mask, kv_groups: int = 1) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise TypeError(f"mask must be a boolean tensor (True = may attend), got "
                             f"{getattr(mask, 'dtype', type(mask).__name__)}")
-        kv_lead = (*k.shape[:-3], k.shape[-3] * kv_groups) if kv_groups > 1 else k.shape[:-2]
-        scores_shape = (*torch.broadcast_shapes(q.shape[:-2], kv_lead), q.shape[-2], k.shape[-2])
-        try:
-            shape = torch.broadcast_shapes(mask.shape, scores_shape)
-        except RuntimeError:
-            shape = None
-        if shape != scores_shape:
+        kv_lead = (*k.shape[:-3], k.shape[-3] * kv_groups) if kv_groups > 1 else tuple(k.shape[:-2])
+        lead = _broadcast(tuple(q.shape[:-2]), kv_lead)
+        if lead is None:
+            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} have batch/head dimensions that do not broadcast")
+        scores_shape = (*lead, q.shape[-2], k.shape[-2])
+        if _broadcast(tuple(mask.shape), scores_shape) != scores_shape:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
                              f"{tuple(scores_shape)} of q {tuple(q.shape)} and k {tuple(k.shape)}")
 
