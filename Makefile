@@ -44,7 +44,7 @@ lab: install
 	$(PY) -m ipykernel install --user --name llama-course --display-name "LLaMA from the Inside"
 	$(VENV)/bin/jupyter lab book/
 
-test: install test-unit test-package test-notebooks test-book
+test: install test-unit test-package test-notebooks test-book test-site-if-browser
 	@echo "make test: all checks passed"
 
 # Package unit tests; graded tests against solutions/ (must score 100%); exercises/ in sync
@@ -63,6 +63,22 @@ test-notebooks: install
 test-book: install
 	rm -rf _build/html _build/.doctrees
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going --all
+
+# Browser checks of the built site (site_tests/): every page over HTTP and file://, math
+# typeset, images loaded, no JavaScript errors, no request leaving the machine, offline search;
+# screenshots in _build/screenshots/. Drives the system Chromium ($CHROMIUM, else chromium).
+.PHONY: test-site test-site-if-browser
+test-site: install
+	$(VENV)/bin/jupyter-book build . -W -n --keep-going
+	$(PY) -m pytest -p no:cacheprovider site_tests -q
+
+# In `make test`: test-book has just built _build/html, so no rebuild here.
+test-site-if-browser: install
+	@if command -v "$${CHROMIUM:-chromium}" >/dev/null 2>&1; then \
+	  $(PY) -m pytest -p no:cacheprovider site_tests -q; \
+	else \
+	  echo "Chromium is not installed: skipping the browser checks of the site (apt-get install chromium to run them)"; \
+	fi
 
 exercises: install
 	$(PY) -m llama_course.stubs solutions exercises
