@@ -26,9 +26,11 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     """Grouped-query attention WITHOUT materialising repeated keys and values.
 
     q (B, H, T, d); k, v (B, H_kv, S, d); mask boolean, broadcastable to (T, S) or (B, 1, T, S)
-    (True = may attend). View the queries as (B, H_kv, n_rep, T, d) so that each group shares
-    its K and V by broadcasting; softmax(q k^T / sqrt(d)) v; return (B, H, T, d).
-    Do not call repeat_kv, repeat_interleave or expand + reshape on k or v.
+    (True = may attend). The n_rep = H // H_kv query heads of group j all read KV head j, so stack
+    them as extra query rows, (B, H_kv, n_rep * T, d), and attend to k and v as they are (repeat
+    the mask's rows to match); softmax(q k^T / sqrt(d)) v; return (B, H, T, d).
+    Do not call repeat_kv, repeat_interleave or .repeat( on k or v. (Broadcasting k as
+    (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
     raise NotImplementedError('Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies"): not implemented yet')
 

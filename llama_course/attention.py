@@ -165,9 +165,11 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     """Grouped-query attention without materialising repeated keys and values.
 
     q (B, H, T, d); k, v (B, H_kv, S, d) with H = H_kv * n_rep. Query head h reads KV head
-    h // n_rep (repeat_kv's convention). The queries are viewed as (B, H_kv, n_rep, T, d) so each
-    group's n_rep heads share one K and one V: no (B, H, S, d) copy is made. ``mask`` broadcasts
-    to (B, H, T, S) as for scaled_dot_product_attention. Returns (B, H, T, d_v).
+    h // n_rep (repeat_kv's convention). The n_rep query heads of a group are stacked as extra
+    query rows, (B, H_kv, n_rep * T, d), so one plain (B, H_kv) batch of products against the
+    group's K and V does the work: no (B, H, S, d) tensor is ever made (a broadcast matmul would
+    quietly make one). ``mask`` broadcasts to (B, H, T, S) as for scaled_dot_product_attention.
+    Returns (B, H, T, d_v).
     """
     batch, n_heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
@@ -179,15 +181,19 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
         if mask is not None:
             out = torch.where(mask.any(dim=-1, keepdim=True), out, torch.zeros_like(out))
         return out
+    _check_qkv(q, k, v, mask, kv_groups=n_heads // kv_heads)
     n_rep = n_heads // kv_heads
-    q = q.view(batch, kv_heads, n_rep, seq, head_dim)            # (B, H_kv, n_rep, T, d)
-    k, v = k.unsqueeze(2), v.unsqueeze(2)                        # (B, H_kv, 1, S, d) shared by the group
+    rows = q.reshape(batch, kv_heads, n_rep * seq, head_dim)     # (B, H_kv, n_rep*T, d) a group's queries
     if mask is not None:
-        if mask.dim() == 4 and mask.shape[1] != 1:               # per-head mask (B, H, T, S)
-            mask = mask.view(mask.shape[0], kv_heads, n_rep, *mask.shape[2:])
-        elif mask.dim() >= 3:
-            mask = mask.unsqueeze(-3)                            # (..., 1, T, S) broadcasts over n_rep
-    out = scaled_dot_product_attention(q, k, v, mask, backend=backend)  # (B, H_kv, n_rep, T, d)
+        while mask.dim() < 4:
+            mask = mask.unsqueeze(0)                             # (b, h, T, S) with h in {1, H}
+        b, h = mask.shape[:2]
+        if h == 1:                                               # the same rows for every head
+            mask = mask.unsqueeze(2).expand(b, 1, n_rep, seq, mask.shape[-1])
+            mask = mask.reshape(b, 1, n_rep * seq, mask.shape[-1])
+        else:                                                    # per-head masks, grouped like q
+            mask = mask.reshape(b, kv_heads, n_rep * seq, mask.shape[-1])
+    out = scaled_dot_product_attention(rows, k, v, mask, backend=backend)  # (B, H_kv, n_rep*T, d)
     return out.reshape(batch, n_heads, seq, v.shape[-1])         # (B, H, T, d)
 
 

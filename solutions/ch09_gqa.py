@@ -25,21 +25,25 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     """Grouped-query attention WITHOUT materialising repeated keys and values.
 
     q (B, H, T, d); k, v (B, H_kv, S, d); mask boolean, broadcastable to (T, S) or (B, 1, T, S)
-    (True = may attend). View the queries as (B, H_kv, n_rep, T, d) so that each group shares
-    its K and V by broadcasting; softmax(q k^T / sqrt(d)) v; return (B, H, T, d).
-    Do not call repeat_kv, repeat_interleave or expand + reshape on k or v.
+    (True = may attend). The n_rep = H // H_kv query heads of group j all read KV head j, so stack
+    them as extra query rows, (B, H_kv, n_rep * T, d), and attend to k and v as they are (repeat
+    the mask's rows to match); softmax(q k^T / sqrt(d)) v; return (B, H, T, d).
+    Do not call repeat_kv, repeat_interleave or .repeat( on k or v. (Broadcasting k as
+    (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
     # BEGIN SOLUTION Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies")
     B, H, T, d = q.shape
-    H_kv = k.shape[1]
-    q = q.view(B, H_kv, H // H_kv, T, d)
-    scores = q @ k.unsqueeze(2).transpose(-2, -1) / math.sqrt(d)      # (B, H_kv, n_rep, T, S)
+    H_kv, S = k.shape[1], k.shape[2]
+    n_rep = H // H_kv
+    rows = q.reshape(B, H_kv, n_rep * T, d)                           # a group's queries as rows
+    scores = rows @ k.transpose(-2, -1) / math.sqrt(d)                # (B, H_kv, n_rep*T, S)
     if mask is not None:
-        if mask.dim() == 4:
-            mask = mask.unsqueeze(2)
+        while mask.dim() < 4:
+            mask = mask.unsqueeze(0)                                  # (b, 1, T, S)
+        mask = mask.unsqueeze(2).expand(mask.shape[0], 1, n_rep, T, S).reshape(mask.shape[0], 1, n_rep * T, S)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return (weights @ v.unsqueeze(2)).reshape(B, H, T, d)
+    return (weights @ v).reshape(B, H, T, d)
     # END SOLUTION
 
 

@@ -24,7 +24,7 @@ def test_every_solution_block_becomes_a_stub_that_parses():
         labels = exercise_labels((REPO / "solutions" / path.name).read_text())
         assert labels and text.count(NOT_IMPLEMENTED) == len(labels)
         for label in labels:  # each names the exercise and its book section
-            assert re.match(r"Exercise \d+\.\d+ \w+ \(Chapter \d+, section \d+\.\d+ \"[^\"]+\"\)$", label), label
+            assert re.match(r"Exercise \d+\.\d+ \w[\w. ]* \(Chapter \d+, section \d+\.\d+ \"[^\"]+\"\)$", label), label
 
 
 def test_every_exercise_has_graded_tests_and_vice_versa():
