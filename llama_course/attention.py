@@ -272,7 +272,7 @@ class Attention(nn.Module):
             q, k = self.position_hook(q, k, positions)     # rotate q and k, never v
         if cache is not None:
             k, v = cache.update(layer_idx, k, v)           # (B, H_kv, T_kv, hd) past + new
-        if mask is None:
+        if mask is None and seq > 1:                           # one query may see every key: no mask
             mask = causal_mask(seq, k.shape[-2], device=x.device)  # (T, T_kv)
         out = gqa_attention(q, k, v, mask, backend=self.backend)  # (B, H, T, hd), KV heads shared
         return self.o_proj(merge_heads(out))               # (B, T, d)

@@ -108,8 +108,10 @@ class Llama(nn.Module):
         batch, seq = input_ids.shape
         past = cache.length if cache is not None else 0
         kv_len = past + seq
-        mask = causal_mask(seq, kv_len, device=input_ids.device)                      # (T, T_kv)
+        # one new token may see every cached one: no mask (fused kernels are much faster without)
+        mask = causal_mask(seq, kv_len, device=input_ids.device) if seq > 1 else None  # (T, T_kv)
         if attention_mask is not None:
+            mask = causal_mask(seq, kv_len, device=input_ids.device) if mask is None else mask
             if attention_mask.shape != (batch, kv_len):
                 raise ValueError(f"attention_mask must be (batch, past + new) = {(batch, kv_len)}, "
                                  f"got {tuple(attention_mask.shape)}")
