@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import regex
 import torch
 
 from .config import LlamaConfig
@@ -50,6 +51,16 @@ def tokenize_to_file(text: str, tokenizer, path: str | Path) -> np.ndarray:
         ids.tofile(temporary)
         os.replace(temporary, target)
     return np.memmap(target, dtype=dtype, mode="r")
+
+
+def shuffle_documents(text: str, seed: int = 0, separator: str = "<|endoftext|>") -> str:
+    """The corpus's documents (each starts with a "Title:" or "标题：" line) in a seeded random
+    order, joined by ``separator``, so that a tail split for validation samples every kind of text."""
+    import random
+
+    documents = regex.split(r"\n\n(?=Title:|标题：)", text.strip())
+    random.Random(seed).shuffle(documents)
+    return separator.join(documents)
 
 
 def split(tokens, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(args.out / "tokenizer.json")
-    train_data, val_data = split(tokenize_to_file(course_corpus(), tokenizer, args.out / "tokens.bin"))
+    text = shuffle_documents(course_corpus(), args.seed)  # validation: a tenth of every kind of text
+    train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     model = Llama(config, device=device)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,

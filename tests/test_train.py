@@ -121,3 +121,15 @@ def test_command_line(tmp_path):
     assert "final validation loss" in run.stdout
     assert (tmp_path / "run" / "checkpoint" / "model.safetensors").exists()
     assert (tmp_path / "run" / "tokenizer.json").exists()
+
+
+def test_documents_are_shuffled_before_the_split():
+    from llama_course.data import course_corpus
+    from llama_course.train import shuffle_documents
+
+    text = shuffle_documents(course_corpus(), seed=0)
+    documents = text.split("<|endoftext|>")
+    assert len(documents) == course_corpus().count("Title:") + course_corpus().count("标题：")
+    tail = "".join(documents[-len(documents) // 10:])
+    assert "Title:" in tail  # not just the Chinese file, which ends the corpus
+    assert shuffle_documents(course_corpus(), seed=0) == text != shuffle_documents(course_corpus(), seed=1)
