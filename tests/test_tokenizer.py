@@ -86,7 +86,8 @@ def test_save_and_load(tok, tmp_path):
     path = tmp_path / "tok.json"
     tok.save(path)
     data = json.loads(path.read_text(encoding="utf-8"))  # plain, readable JSON
-    assert data["format"] == "llama-course-bpe" and "Ġt he" in data["merges"] or "Ġ t" in data["merges"]
+    assert data["format"] == "llama-course-bpe"
+    assert any(m.startswith("Ġ") for m in data["merges"])  # a space shows as Ġ (GPT-2's byte map)
     loaded = BPETokenizer.load(path)
     assert loaded.vocab == tok.vocab and loaded.merges == tok.merges and loaded.special_tokens == tok.special_tokens
     assert loaded.encode(TEXT) == tok.encode(TEXT)
