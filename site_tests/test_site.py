@@ -10,7 +10,11 @@ server and as file:// URLs (how `make book` tells readers to open it):
 * no request leaves the machine: only file:, data:, blob:, about: and this run's own
   http://127.0.0.1:<port> are allowed (launch/repository buttons are plain links, not loads);
 * a screenshot of the first screen (1280x900) of each page under book/ goes to
-  _build/screenshots/<page>.png.
+  _build/screenshots/<page>.png;
+* the footer of every page names the course version, ``llama_course.__version__`` (book and
+  package share one version; book/_ext/course_version.py puts it there);
+* figures, tables, listings and equations are numbered per chapter: on ``book/chNN_*`` they
+  read "Figure N.1", "Figure N.2", ... and "(N.1)", ...; on other pages "Figure 1", ... .
 
 And Sphinx's search works offline: ``search.html?q=TERM`` lists the chapter that teaches TERM.
 
@@ -137,6 +141,7 @@ class Visit:
     failed: list = field(default_factory=list)
     pending: dict = field(default_factory=dict)
     screenshot: Path | None = None
+    shown: dict = field(default_factory=dict)             # footer and numbers as rendered
 
 
 _PRE = re.compile(r"<pre\b.*?</pre>", re.S | re.I)
@@ -174,6 +179,18 @@ async () => {
                    .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 120)),
   };
 }
+"""
+
+
+# What the reader sees of the version and the numbering (read after MathJax has run, so the
+# equation numbers are the ones left on the typeset page).
+_SHOWN_JS = """
+() => ({
+  footer: [...document.querySelectorAll('footer .extra_footer')]
+            .map(e => e.innerText.trim()),
+  captions: [...document.querySelectorAll('.caption-number')].map(e => e.textContent.trim()),
+  eqnos: [...document.querySelectorAll('.eqno')].map(e => e.textContent.trim()),
+})
 """
 
 
@@ -253,6 +270,7 @@ class Site:
                     "() => window.MathJax && MathJax.startup && MathJax.startup.promise")
                 v.math = page.evaluate(_MATH_JS)
             v.images = page.evaluate(_IMAGES_JS)
+            v.shown = page.evaluate(_SHOWN_JS)
             page.evaluate("() => document.fonts.ready.then(() => true)")  # MathJax's woff fonts
             settle(page, v)
             if transport == "http" and rel.startswith("book/"):
@@ -394,6 +412,48 @@ def test_no_external_requests(site, visit):
     assert visit.requests, "no requests recorded at all: the recorder is broken"
     external = sorted({u for u in visit.requests if not site.allowed(u)})
     assert not external, f"{visit.url}: requests that leave the machine: {external}"
+
+
+@functools.cache
+def course_version() -> str:
+    import llama_course   # the single source of truth of the book's and the package's version
+
+    return llama_course.__version__
+
+
+def chapter_of(page: str) -> int | None:
+    """12 for "book/ch12_foo.html"; None for a page that is not a numbered chapter."""
+    match = re.match(r"book/ch(\d+)_", page)
+    return int(match.group(1)) if match else None
+
+
+def test_footer_shows_version(visit):
+    _loaded(visit)
+    footers = visit.shown.get("footer", [])
+    version = course_version()
+    assert any(re.search(rf"\bversion {re.escape(version)}\b", f) for f in footers), (
+        f"{visit.url}: the page footer does not name version {version}: {footers}")
+
+
+def test_numbers_per_chapter(visit):
+    """Caption numbers ("Figure 4.1", "Table 4.1", "Listing 4.1") and equation numbers
+    ("(4.1)") on a chapter page start with its chapter, and count 1, 2, ... per kind."""
+    _loaded(visit)
+    chapter = chapter_of(visit.page)
+    prefix = f"{chapter}." if chapter is not None else ""
+    captions, eqnos = visit.shown.get("captions", []), visit.shown.get("eqnos", [])
+    if not captions and not eqnos:
+        pytest.skip("nothing numbered on this page")
+    got: dict[str, list[str]] = {}
+    for text in captions:
+        kind, _, number = text.partition(" ")
+        got.setdefault(kind, []).append(number.strip())
+    # the eqno span also holds the headerlink's pilcrow: keep what is inside the parentheses
+    got["equation"] = [re.match(r"\((.*?)\)", e).group(1) if e.startswith("(") else e
+                       for e in eqnos]
+    for kind, numbers in got.items():
+        want = [f"{prefix}{k}" for k in range(1, len(numbers) + 1)]
+        assert numbers == want, f"{visit.url}: {kind} numbers {numbers}, expected {want}"
 
 
 def test_screenshots_written(site, html_root):
