@@ -8,28 +8,30 @@ and decode's achieved memory bandwidth.
    Both use torch's fused attention (the course model with set_attention_backend("sdpa")).
 2. Cached vs uncached decoding (recompute the whole prefix every step) at 512 new tokens.
 3. Decode of a ~100M-parameter float32 model: bytes read per step (weights + KV cache) / time,
-   as a fraction of this machine's measured copy bandwidth (goal: >= 50%).
+   as a fraction of this machine's measured copy bandwidth (goal: >= 50%), measured back to back
+   in rounds; and the step's matrix-vector products alone with F.linear and llama_course.linear.
 """
 
 import argparse
+import statistics
 import tempfile
 import time
 
 import torch
+import torch.nn.functional as F
 
 from llama_course import LlamaConfig, get_device
-from llama_course.cost import decode_bytes, measure_accelerator
-from llama_course.generate import generate
+from llama_course.cost import best_time, decode_bytes, measure_bandwidth, synchronize
+from llama_course.generate import generate, stream_generate
+from llama_course.linear import linear
 from llama_course.model import Llama
 
 
 def timed(fn, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     start = time.perf_counter()
     out = fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     return out, time.perf_counter() - start
 
 
@@ -78,22 +80,47 @@ def cached_vs_uncached(device, new_tokens=512):
           f"speed-up {t_uncached / t_cached:.1f}x (same tokens: {torch.equal(a, b)})")
 
 
-def decode_bandwidth(device, steps=32, context=256):
+def decode_bandwidth(device, steps=64, context=256, rounds=5):
+    """Bytes a decode step must read / its time, as a fraction of the machine's copy bandwidth.
+
+    The bandwidth of a shared machine drifts, so numerator and denominator are measured back to
+    back in each of ``rounds`` rounds (a stream of ``steps`` decode steps, median step time; then
+    measure_bandwidth) and the median of the rounds' fractions is reported. For reference, the
+    same matrix-vector products with F.linear (the BLAS alone) and with llama_course.linear."""
     config = LlamaConfig(vocab_size=32000, d_model=768, n_layers=12, n_heads=12, max_seq_len=2048)
     torch.manual_seed(0)
     model = Llama(config, device=device).eval().set_attention_backend("sdpa")
     params = sum(p.numel() for p in model.parameters())
     prompt = torch.randint(0, 32000, (1, context), generator=torch.Generator().manual_seed(3)).to(device)
-    generate(model, prompt, 2)
-    _, t_prefill_and_one = timed(lambda: generate(model, prompt, 1), device)
-    _, t_all = timed(lambda: generate(model, prompt, steps + 1), device)
-    per_step = (t_all - t_prefill_and_one) / steps
     nbytes = decode_bytes(config, context + steps // 2, 1, bytes_per_value=4)
-    machine = measure_accelerator(device)
-    achieved = nbytes / per_step / 1e9
-    print(f"3. decode, {params / 1e6:.0f}M float32 parameters, context ~{context}: {per_step * 1e3:.1f} ms/step, "
-          f"{nbytes / 1e6:.0f} MB/step -> {achieved:.1f} GB/s = {100 * achieved / machine.bandwidth_gbs:.0f}% "
-          f"of the measured {machine.bandwidth_gbs:.1f} GB/s copy bandwidth")
+
+    def median_step():   # seconds between consecutive tokens of one stream (the first includes prefill)
+        times, last = [], time.perf_counter()
+        for _ in stream_generate(model, prompt, steps + 1):
+            synchronize(device)
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+        return statistics.median(times[1:])
+
+    median_step()  # warm up
+    rounds = [(median_step(), measure_bandwidth(device)) for _ in range(rounds)]
+    fractions = sorted(nbytes / step / 1e9 / bandwidth for step, bandwidth in rounds)
+    step = statistics.median(step for step, _ in rounds)
+    bandwidth = statistics.median(bandwidth for _, bandwidth in rounds)
+    print(f"3. decode, {params / 1e6:.0f}M float32 parameters, context ~{context}, {nbytes / 1e6:.0f} MB/step: "
+          f"{step * 1e3:.1f} ms/step = {nbytes / step / 1e9:.1f} GB/s; copy bandwidth {bandwidth:.1f} GB/s")
+    print(f"   decode / bandwidth, back to back in {len(rounds)} rounds: median {100 * statistics.median(fractions):.0f}% "
+          f"(rounds {', '.join(f'{100 * f:.0f}' for f in fractions)}%; goal >= 50%)")
+
+    matrices = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    vectors = {n: torch.randn(1, n, device=device) for n in {w.shape[1] for w in matrices}}
+    matvec_bytes = sum(w.numel() for w in matrices) * 4
+    with torch.no_grad():
+        for name, fn in (("F.linear (the BLAS)", F.linear), ("llama_course.linear", linear)):
+            seconds = best_time(lambda: [fn(vectors[w.shape[1]], w) for w in matrices], device)
+            print(f"   the step's {len(matrices)} matrix-vector products alone, {name}: {seconds * 1e3:.1f} ms "
+                  f"= {matvec_bytes / seconds / 1e9:.1f} GB/s")
 
 
 def main():

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import LlamaConfig
+from .linear import Linear   # nn.Linear that uses every CPU core for a few rows (decode)
 
 BACKENDS = ("explicit", "sdpa")
 
@@ -229,6 +230,9 @@ class Attention(nn.Module):
         q, k, v = x W_Q^T, x W_K^T, x W_V^T     q_proj (H*hd, d), k_proj/v_proj (H_kv*hd, d)
         split into heads, apply ``position_hook`` to q and k (RoPE, Chapter 5), attend, merge,
         out = o_proj(...)                        o_proj (d, H*hd)
+
+    The projections are ``Linear``: nn.Linear, with a decode step's few rows spread over the CPU's
+    cores (linear.py, Chapter 8).
     """
 
     def __init__(self, config: LlamaConfig, backend: str = "explicit",
@@ -240,10 +244,10 @@ class Attention(nn.Module):
         self.backend = backend
         self.position_hook = position_hook
         d, hd = config.d_model, config.head_dim
-        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=False, device=device, dtype=dtype)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
-        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
+        self.q_proj = Linear(d, self.n_heads * hd, bias=False, device=device, dtype=dtype)
+        self.k_proj = Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
+        self.v_proj = Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
+        self.o_proj = Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
         if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
             from .norm import RMSNorm
             self.q_norm = RMSNorm(hd, config.norm_eps, device=device, dtype=dtype)

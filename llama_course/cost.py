@@ -104,33 +104,46 @@ def roofline_time(flops: float, nbytes: float, accelerator: Accelerator) -> floa
     return max(flops / (accelerator.tflops * 1e12), nbytes / (accelerator.bandwidth_gbs * 1e9))
 
 
+def synchronize(device) -> None:
+    """Wait for the device's queued work (CUDA and MPS run asynchronously; a CPU does not)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def best_time(fn, device, repeats: int = 5) -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``fn`` (after one warm-up call)."""
+    fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure_bandwidth(device=None, copy_mb: int = 256, repeats: int = 5) -> float:
+    """GB/s of a large copy (``copy_mb`` MB read + the same written, as STREAM counts it), best of
+    ``repeats``."""
+    device = torch.device(device or "cpu")
+    # The source must be written first: untouched pages of torch.empty all map to the operating
+    # system's one zero page, which is read from cache and would inflate the bandwidth (~2x here).
+    src = torch.ones(copy_mb * 2**20 // 4, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 4 / best_time(lambda: dst.copy_(src), device, repeats) / 1e9
+
+
 def measure_accelerator(device=None, size: int = 2048, copy_mb: int = 256, repeats: int = 5) -> Accelerator:
     """Measure this machine: matmul TFLOP/s (size x size, float32 on CPU, bf16 elsewhere) and copy
-    bandwidth (read + write of a ``copy_mb`` MB tensor). Best of ``repeats``."""
+    bandwidth (:func:`measure_bandwidth`). Best of ``repeats``."""
     device = torch.device(device or "cpu")
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        elif device.type == "mps":
-            torch.mps.synchronize()
-
-    def best(fn):
-        fn()
-        sync()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    tflops = 2 * size ** 3 / best(lambda: a @ b) / 1e12
-    src = torch.empty(copy_mb * 2**20 // 4, device=device, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    bandwidth = 2 * src.numel() * 4 / best(lambda: dst.copy_(src)) / 1e9  # read + write
+    tflops = 2 * size ** 3 / best_time(lambda: a @ b, device, repeats) / 1e12
+    bandwidth = measure_bandwidth(device, copy_mb, repeats)
     return Accelerator(f"this machine ({device.type}, {str(dtype).removeprefix('torch.')})", tflops, bandwidth)

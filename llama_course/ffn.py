@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .linear import Linear, linear
+
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU (swish): x * sigmoid(x). Unbounded above, minimum about -0.278 at x about -1.278."""
@@ -29,19 +31,20 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: to
                          f"{tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}")
     if w_down.shape != (d_model, w_gate.shape[0]):
         raise ValueError(f"w_down must be (d_model, d_ff) = {(d_model, w_gate.shape[0])}, got {tuple(w_down.shape)}")
-    gate = silu(x @ w_gate.T)   # (..., d_ff) the gate branch
-    up = x @ w_up.T             # (..., d_ff) the value branch
-    return (gate * up) @ w_down.T  # (..., d_model)
+    gate = silu(linear(x, w_gate))      # (..., d_ff) the gate branch: x W_gate^T
+    up = linear(x, w_up)                # (..., d_ff) the value branch: x W_up^T
+    return linear(gate * up, w_down)    # (..., d_model)
 
 
 class SwiGLU(nn.Module):
-    """LLaMA's FFN with Hugging Face's names: gate_proj, up_proj, down_proj (Meta: w1, w3, w2)."""
+    """LLaMA's FFN with Hugging Face's names: gate_proj, up_proj, down_proj (Meta: w1, w3, w2).
+    ``Linear`` is nn.Linear with a decode step's few rows spread over the CPU's cores (Chapter 8)."""
 
     def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
         super().__init__()
-        self.gate_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=False, device=device, dtype=dtype)
+        self.gate_proj = Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
+        self.up_proj = Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
+        self.down_proj = Linear(d_ff, d_model, bias=False, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return swiglu(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)

@@ -89,8 +89,6 @@ def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, tempera
         return
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    if attention_mask is None:
-        attention_mask = torch.ones(batch, prompt_len, dtype=torch.long, device=device)
     dtype = next(model.parameters()).dtype
     cache = KVCache(config, batch, prompt_len + max_new_tokens, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
@@ -101,9 +99,10 @@ def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, tempera
             token = torch.where(finished, torch.full_like(token, eos_token_id), token)
             finished |= token == eos_token_id
         yield token
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        if step == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
             return
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        if attention_mask is not None:   # padded rows: the new token is real, extend the mask
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         logits = model(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # decode: (B, V)
 
 

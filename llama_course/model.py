@@ -18,6 +18,7 @@ from torch import nn
 from .attention import Attention, causal_mask, padding_mask
 from .config import LlamaConfig
 from .ffn import SwiGLU
+from .linear import Linear
 from .moe import MoE
 from .norm import RMSNorm
 from .rope import RotaryEmbedding
@@ -57,7 +58,7 @@ class Llama(nn.Module):
         self.rotary = self._make_rotary(device)
         self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, device=device, dtype=dtype)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False, device=device, dtype=dtype)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight   # one matrix, used twice
         self.reset_parameters()

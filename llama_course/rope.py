@@ -189,16 +189,31 @@ class RotaryEmbedding(nn.Module):
         cos, sin = rope_cos_sin(torch.arange(max_seq_len, device=device), head_dim, base, scaling)
         self.register_buffer("cos", cos, persistent=False)   # (max_seq_len, d/2) float32
         self.register_buffer("sin", sin, persistent=False)
+        self._last = None   # (positions, its version, cos, sin) of the last lookup
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.angles(positions)                        # (*positions.shape, d/2)
+        cos, sin = _broadcast_angles(cos, sin, q, positions)
+        return _rotate(q, cos, sin, self.layout), _rotate(k, cos, sin, self.layout)
+
+    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos and sin rows of ``positions``, float32, (*positions.shape, d/2).
+
+        Every layer of one forward passes the same positions tensor, so the lookup and its range
+        check (a device-to-host copy on a GPU) are done once and reused for as long as that very
+        tensor is unchanged (same object, same version counter, which in-place writes bump)."""
         _check_positions(positions)
+        version = None if positions.is_inference() else positions._version
+        last = self._last
+        if last is not None and last[0] is positions and version is not None and last[1] == version:
+            return last[2], last[3]
         if positions.device.type != "meta" and positions.numel() and (
                 positions.min() < 0 or positions.max() >= self.max_seq_len):
             raise ValueError(f"positions must be in [0, {self.max_seq_len}) (max_seq_len), got "
                              f"[{int(positions.min())}, {int(positions.max())}]")
         cos, sin = self.cos[positions], self.sin[positions]      # (*positions.shape, d/2)
-        cos, sin = _broadcast_angles(cos, sin, q, positions)
-        return _rotate(q, cos, sin, self.layout), _rotate(k, cos, sin, self.layout)
+        self._last = (positions, version, cos, sin)
+        return cos, sin
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, layout={self.layout!r}"
