@@ -130,3 +130,20 @@ def test_bad_input():
         rope_inv_freq(8, scaling={"rope_type": "yarn2"})
     with pytest.raises(ValueError, match="n_heads"):
         interleaved_to_half(torch.randn(12, 4), 5)
+
+
+def test_angles_are_looked_up_once_per_positions_tensor_and_never_stale():
+    rope = RotaryEmbedding(8, 64)
+    positions = torch.arange(3, 7)
+    cos, sin = rope.angles(positions)
+    assert rope.angles(positions)[0] is cos                  # the same tensor, unchanged: reused
+    torch.testing.assert_close(cos, rope.cos[3:7])
+    positions += 10                                          # written in place: looked up again
+    torch.testing.assert_close(rope.angles(positions)[0], rope.cos[13:17])
+    torch.testing.assert_close(rope.angles(torch.arange(3, 7))[1], rope.sin[3:7])  # an equal new tensor
+    with torch.inference_mode():
+        frozen = torch.arange(20, 22)                        # inference tensors have no version: no reuse
+        torch.testing.assert_close(rope.angles(frozen)[0], rope.cos[20:22])
+        assert rope.angles(frozen)[0] is not rope.angles(frozen)[0]
+    with pytest.raises(ValueError, match="max_seq_len"):
+        rope.angles(positions + 100)
