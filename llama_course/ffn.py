@@ -31,6 +31,7 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: to
                          f"{tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}")
     if w_down.shape != (d_model, w_gate.shape[0]):
         raise ValueError(f"w_down must be (d_model, d_ff) = {(d_model, w_gate.shape[0])}, got {tuple(w_down.shape)}")
+    # linear(x, w) = x @ w.T, as F.linear (it spreads a decode step's few rows over the CPU cores, Ch. 8)
     gate = silu(linear(x, w_gate))      # (..., d_ff) the gate branch: x W_gate^T
     up = linear(x, w_up)                # (..., d_ff) the value branch: x W_up^T
     return linear(gate * up, w_down)    # (..., d_model)
