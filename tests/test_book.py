@@ -58,3 +58,35 @@ def test_exercises_are_listed_with_the_grader_command(path):
     assert "python -m llama_course.grade exercises/" in markdown
     for label in re.findall(r"# BEGIN SOLUTION (Exercise \d+\.\d+) (\w+)", solutions[0].read_text()):
         assert label[0] in markdown, f"{path.name} does not list {label[0]}"
+
+
+GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")
+# the glossary's terms: the unindented lines inside the {glossary} directive
+GLOSSARY_TERMS = re.findall(r"^(\S[^\n]*)\n  \S", GLOSSARY.split("```{glossary}", 1)[1].split("\n```", 1)[0], re.M)
+TERM_LINK = re.compile(r"\{term\}`(?:[^`<]*<([^>`]+)>|([^`]+))`")
+
+
+def term_links(path):
+    markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    return [(target or text).strip().lower() for target, text in TERM_LINK.findall(markdown)]
+
+
+def test_glossary_terms_are_english_and_chinese():
+    assert len(GLOSSARY_TERMS) >= 40
+    for term in GLOSSARY_TERMS:
+        assert re.search(r"\([^)]*[\u4e00-\u9fff][^)]*\)$", term), f"glossary term without its Chinese: {term}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chapter_links_its_terms_to_the_glossary_once(path):
+    links = term_links(path)
+    assert len(links) >= 5, f"{path.name} links only {len(links)} terms to the glossary"
+    known = {t.lower() for t in GLOSSARY_TERMS}
+    assert set(links) <= known, f"{path.name} links terms not in the glossary: {set(links) - known}"
+    repeated = {t for t in links if links.count(t) > 1}
+    assert not repeated, f"{path.name} links {repeated} more than once (only the first use is linked)"
+
+
+def test_every_glossary_term_is_linked_from_a_chapter():
+    linked = {t for path in NOTEBOOKS for t in term_links(path)}
+    assert not [t for t in GLOSSARY_TERMS if t.lower() not in linked]
