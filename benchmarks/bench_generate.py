@@ -80,7 +80,7 @@ def cached_vs_uncached(device, new_tokens=512):
           f"speed-up {t_uncached / t_cached:.1f}x (same tokens: {torch.equal(a, b)})")
 
 
-def decode_bandwidth(device, steps=64, context=256, rounds=5):
+def decode_bandwidth(device, steps=64, context=256, rounds=9):
     """Bytes a decode step must read / its time, as a fraction of the machine's copy bandwidth.
 
     The bandwidth of a shared machine drifts, so numerator and denominator are measured back to
