@@ -19,6 +19,7 @@ import torch
 
 from llama_course import get_device
 from llama_course.attention import causal_mask, scaled_dot_product_attention
+from llama_course.cost import synchronize
 
 
 def inputs(length, heads, head_dim, device, dtype):
@@ -33,12 +34,10 @@ def run(backend, q, k, v, mask):
 def timed(backend, q, k, v, mask, repeats, device):
     times = []
     for _ in range(repeats + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         start = time.perf_counter()
         run(backend, q, k, v, mask)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])  # the first call warms up
 
