@@ -20,8 +20,14 @@ from torch import nn
 
 from .config import LlamaConfig
 from .linear import Linear   # nn.Linear that uses every CPU core for a few rows (decode)
+from .norm import RMSNorm
 
 BACKENDS = ("explicit", "sdpa")
+
+
+def _check_backend(backend) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -117,21 +123,24 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     F.scaled_dot_product_attention (Flash/memory-efficient kernels where available) with the
     same result up to rounding.
     """
+    _check_backend(backend)
     _check_qkv(q, k, v, mask)
     if backend == "sdpa":
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        if mask is not None:  # torch gives NaN for a fully masked row; the course gives zeros
-            seen = mask.any(dim=-1, keepdim=True)                     # (..., L_q, 1)
-            out = torch.where(seen, out, torch.zeros_like(out))
-        return out
-    if backend != "explicit":
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        return _zero_fully_masked(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), mask)
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale                         # (..., L_q, L_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))              # (..., L_q, L_k)
     weights = softmax(scores.float(), dim=-1).to(q.dtype)              # (..., L_q, L_k) rows sum to 1
     return weights @ v                                                 # (..., L_q, d_v)
+
+
+def _zero_fully_masked(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """torch's fused kernels give NaN for a query whose keys are all masked; the course gives zeros."""
+    if mask is None:
+        return out
+    seen = mask.any(dim=-1, keepdim=True)                              # (..., L_q, 1)
+    return torch.where(seen, out, torch.zeros_like(out))
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -172,18 +181,20 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     quietly make one). ``mask`` broadcasts to (B, H, T, S) as for scaled_dot_product_attention.
     Returns (B, H, T, d_v).
     """
+    _check_backend(backend)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (batch, heads, seq, head_dim), got shape {tuple(t.shape)}")
     batch, n_heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
     if n_heads % kv_heads:
         raise ValueError(f"q's {n_heads} heads must be a multiple of k's {kv_heads} heads")
-    if backend == "sdpa":
-        _check_qkv(q, k, v, mask, kv_groups=n_heads // kv_heads)  # torch's kernels share KV heads themselves
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        if mask is not None:
-            out = torch.where(mask.any(dim=-1, keepdim=True), out, torch.zeros_like(out))
-        return out
-    _check_qkv(q, k, v, mask, kv_groups=n_heads // kv_heads)
     n_rep = n_heads // kv_heads
+    _check_qkv(q, k, v, mask, kv_groups=n_rep)
+    if backend == "sdpa":                                        # torch's kernels share KV heads themselves
+        return _zero_fully_masked(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), mask)
     rows = q.reshape(batch, kv_heads, n_rep * seq, head_dim)     # (B, H_kv, n_rep*T, d) a group's queries
     if mask is not None:
         while mask.dim() < 4:
@@ -206,8 +217,11 @@ def mha_to_gqa(weights: dict[str, torch.Tensor], n_heads: int, n_kv_heads: int) 
     ``weights`` holds "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" (other
     keys are copied); k/v go from (n_heads * hd, d) to (n_kv_heads * hd, d).
     """
-    if n_kv_heads < 1 or n_heads % n_kv_heads:
-        raise ValueError(f"n_kv_heads ({n_kv_heads}) must be >= 1 and divide n_heads ({n_heads})")
+    for name, value in (("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
     out = dict(weights)
     for name in ("k_proj.weight", "v_proj.weight"):
         w = weights[name]
@@ -238,8 +252,7 @@ class Attention(nn.Module):
     def __init__(self, config: LlamaConfig, backend: str = "explicit",
                  position_hook: PositionHook | None = None, device=None, dtype=None):
         super().__init__()
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        _check_backend(backend)
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         self.backend = backend
         self.position_hook = position_hook
@@ -249,7 +262,6 @@ class Attention(nn.Module):
         self.v_proj = Linear(d, self.n_kv_heads * hd, bias=False, device=device, dtype=dtype)
         self.o_proj = Linear(self.n_heads * hd, d, bias=False, device=device, dtype=dtype)
         if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
-            from .norm import RMSNorm
             self.q_norm = RMSNorm(hd, config.norm_eps, device=device, dtype=dtype)
             self.k_norm = RMSNorm(hd, config.norm_eps, device=device, dtype=dtype)
         else:

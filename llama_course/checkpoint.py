@@ -43,7 +43,8 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
     if model_type in ("qwen3", "mixtral") and (hf.get("use_sliding_window") or
                                                (model_type == "mixtral" and hf.get("sliding_window"))):
-        raise ValueError("Qwen3 with use_sliding_window=true is not supported (the course has no sliding window)")
+        raise ValueError(f"{model_type} with a sliding attention window is not supported "
+                         f"(the course has no sliding window)")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"{flag}=true: LLaMA has no biases and the course model has none")

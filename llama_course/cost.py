@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import LlamaConfig, count_parameters
+from .config import LlamaConfig, _check_int, count_parameters
 
 
 def _check_positive(**values) -> None:
@@ -115,6 +115,7 @@ def synchronize(device) -> None:
 
 def best_time(fn, device, repeats: int = 5) -> float:
     """Seconds of the fastest of ``repeats`` calls of ``fn`` (after one warm-up call)."""
+    _check_int("repeats", repeats)
     fn()
     synchronize(device)
     times = []
@@ -129,6 +130,7 @@ def best_time(fn, device, repeats: int = 5) -> float:
 def measure_bandwidth(device=None, copy_mb: int = 256, repeats: int = 5) -> float:
     """GB/s of a large copy (``copy_mb`` MB read + the same written, as STREAM counts it), best of
     ``repeats``."""
+    _check_int("copy_mb", copy_mb)
     device = torch.device(device or "cpu")
     # The source must be written first: untouched pages of torch.empty all map to the operating
     # system's one zero page, which is read from cache and would inflate the bandwidth (~2x here).
@@ -140,6 +142,7 @@ def measure_bandwidth(device=None, copy_mb: int = 256, repeats: int = 5) -> floa
 def measure_accelerator(device=None, size: int = 2048, copy_mb: int = 256, repeats: int = 5) -> Accelerator:
     """Measure this machine: matmul TFLOP/s (size x size, float32 on CPU, bf16 elsewhere) and copy
     bandwidth (:func:`measure_bandwidth`). Best of ``repeats``."""
+    _check_int("size", size)
     device = torch.device(device or "cpu")
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     a = torch.randn(size, size, device=device, dtype=dtype)

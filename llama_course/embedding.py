@@ -19,9 +19,16 @@ def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"token_ids must be int64 or int32, got {token_ids.dtype}")
     if weight.dim() != 2:
         raise ValueError(f"weight must be (vocab_size, d_model), got shape {tuple(weight.shape)}")
-    vocab_size = weight.shape[0]
-    if token_ids.device.type != "meta" and token_ids.numel() and (
-            token_ids.min() < 0 or token_ids.max() >= vocab_size):
-        bad = token_ids[(token_ids < 0) | (token_ids >= vocab_size)][0].item()
-        raise ValueError(f"token_ids must be in [0, {vocab_size}); got {bad}")
+    bad = first_out_of_range(token_ids, weight.shape[0])
+    if bad is not None:
+        raise ValueError(f"token_ids must be in [0, {weight.shape[0]}); got {bad}")
     return weight[token_ids]  # (..., d) advanced indexing: one row per id
+
+
+def first_out_of_range(token_ids: torch.Tensor, vocab_size: int) -> int | None:
+    """The first id outside [0, vocab_size), or None if there is none. Ids on the meta device have
+    no values and are not checked. (One device-to-host copy on a GPU.)"""
+    if token_ids.device.type == "meta" or not token_ids.numel():
+        return None
+    bad = token_ids[(token_ids < 0) | (token_ids >= vocab_size)]
+    return int(bad[0]) if bad.numel() else None

@@ -17,10 +17,24 @@ import torch
 from .kv_cache import KVCache
 
 
-def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Set every logit below the k-th largest of its row to -inf. logits (..., V)."""
+def _check_temperature(temperature) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+
+
+def _check_top_k(top_k) -> None:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+
+
+def _check_top_p(top_p) -> None:
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Set every logit below the k-th largest of its row to -inf. logits (..., V)."""
+    _check_top_k(top_k)
     k = min(top_k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]                     # (..., 1)
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -29,8 +43,7 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose probabilities sum to >= top_p (the nucleus);
     set the other logits to -inf. The most likely token is always kept. logits (..., V)."""
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    _check_top_p(top_p)
     sorted_logits, order = logits.sort(dim=-1, descending=True)         # (..., V)
     probs = sorted_logits.float().softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs                          # probability of the better tokens
@@ -42,6 +55,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row from logits (B, V): argmax at temperature 0, else a filtered draw. Returns (B,)."""
+    _check_temperature(temperature)
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
@@ -61,12 +75,11 @@ def _check(input_ids, max_new_tokens, temperature, top_k, top_p, config):
         raise ValueError("input_ids is an empty prompt: give at least one token (e.g. BOS)")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    _check_temperature(temperature)
+    if top_k is not None:
+        _check_top_k(top_k)
+    if top_p is not None:
+        _check_top_p(top_p)
     total = input_ids.shape[1] + max_new_tokens
     if total > config.max_seq_len:
         raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) = {total} "

@@ -24,7 +24,6 @@ class KVCache:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         shape = (batch_size, config.n_kv_heads, max_seq_len, config.head_dim)
-        dtype = dtype or torch.get_default_dtype()
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.batch_size, self.max_seq_len, self.n_layers = batch_size, max_seq_len, config.n_layers
@@ -34,13 +33,18 @@ class KVCache:
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (batch, n_kv_heads, new, head_dim) after the cached positions of ``layer``;
         return all keys and values so far, (batch, n_kv_heads, length + new, head_dim)."""
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
         new = k.shape[-2]
         end = self.length + new
         if end > self.max_seq_len:
             raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
                              f"{self.length} are filled and {new} more do not fit")
-        if k.shape[0] != self.batch_size:
-            raise ValueError(f"k has batch {k.shape[0]}, the cache was made for batch {self.batch_size}")
+        batch, heads, _, head_dim = self.keys[layer].shape
+        for name, t in (("k", k), ("v", v)):
+            if t.shape != (batch, heads, new, head_dim):
+                raise ValueError(f"{name} must be (batch, n_kv_heads, new, head_dim) = {(batch, heads, new, head_dim)} "
+                                 f"as the cache was made, got {tuple(t.shape)}")
         self.keys[layer][:, :, self.length:end] = k       # in place: no copy of the past
         self.values[layer][:, :, self.length:end] = v
         self._pending = new

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from .embedding import first_out_of_range
+
 
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting ``token_ids[:, t + 1]`` from ``logits[:, t]``.
@@ -30,11 +32,9 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
         raise TypeError(f"token_ids must be int64 or int32, got {token_ids.dtype}")
     if logits.shape[1] < 2:
         raise ValueError(f"need at least 2 positions to predict a next token, got seq={logits.shape[1]}")
-    vocab = logits.shape[-1]
-    if token_ids.device.type != "meta" and token_ids.numel() and (
-            token_ids.min() < 0 or token_ids.max() >= vocab):
-        raise ValueError(f"token_ids must be in [0, {vocab}), got values in "
-                         f"[{int(token_ids.min())}, {int(token_ids.max())}]")
+    bad = first_out_of_range(token_ids, logits.shape[-1])
+    if bad is not None:
+        raise ValueError(f"token_ids must be in [0, {logits.shape[-1]}) (the logits' vocab), got {bad}")
     dtype = torch.promote_types(logits.dtype, torch.float32)          # bf16/fp16 -> fp32
     z = logits[:, :-1].to(dtype)                                      # (B, T-1, V) predictions
     targets = token_ids[:, 1:].long()                                 # (B, T-1)    what came next

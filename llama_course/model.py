@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import Attention, causal_mask, padding_mask
+from .attention import Attention, _check_backend, causal_mask, padding_mask
 from .config import LlamaConfig
+from .embedding import first_out_of_range
 from .ffn import SwiGLU
 from .linear import Linear
 from .moe import MoE
@@ -81,9 +82,7 @@ class Llama(nn.Module):
     def set_attention_backend(self, backend: str) -> "Llama":
         """"explicit" (every step spelled out, the default) or "sdpa" (torch's fused kernels: the
         choice for speed, especially on GPUs). The results agree up to rounding."""
-        from .attention import BACKENDS
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        _check_backend(backend)
         for layer in self.layers:
             layer.self_attn.backend = backend
         return self
@@ -110,9 +109,10 @@ class Llama(nn.Module):
         past = cache.length if cache is not None else 0
         kv_len = past + seq
         # one new token may see every cached one: no mask (fused kernels are much faster without)
-        mask = causal_mask(seq, kv_len, device=input_ids.device) if seq > 1 else None  # (T, T_kv)
+        mask = None
+        if seq > 1 or attention_mask is not None:
+            mask = causal_mask(seq, kv_len, device=input_ids.device)                   # (T, T_kv)
         if attention_mask is not None:
-            mask = causal_mask(seq, kv_len, device=input_ids.device) if mask is None else mask
             if attention_mask.shape != (batch, kv_len):
                 raise ValueError(f"attention_mask must be (batch, past + new) = {(batch, kv_len)}, "
                                  f"got {tuple(attention_mask.shape)}")
@@ -134,10 +134,9 @@ class Llama(nn.Module):
                             f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise ValueError(f"input_ids must be (batch, seq) with seq >= 1, got shape {tuple(input_ids.shape)}")
-        if input_ids.device.type != "meta":
-            bad = input_ids[(input_ids < 0) | (input_ids >= self.config.vocab_size)]
-            if bad.numel():
-                raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.config.vocab_size})")
+        bad = first_out_of_range(input_ids, self.config.vocab_size)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> "Llama":

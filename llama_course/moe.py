@@ -28,6 +28,14 @@ def _check_topk(top_k, n_experts) -> None:
         raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
 
 
+def _layers(router_logits) -> tuple[torch.Tensor, ...]:
+    """One (N, E) tensor or a tuple/list of them (one per layer) -> a non-empty tuple of tensors."""
+    layers = tuple(router_logits) if isinstance(router_logits, (tuple, list)) else (router_logits,)
+    if not layers or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in layers):
+        raise ValueError("router_logits must be an (N, n_experts) tensor or a non-empty tuple of them")
+    return layers
+
+
 def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Routing weights (N, k) in float32 and expert indices (N, k) from router logits (N, E)."""
     if not isinstance(router_logits, torch.Tensor) or router_logits.dim() < 1:
@@ -52,7 +60,8 @@ class MoE(nn.Module):
                  capacity_factor: float | None = None, device=None, dtype=None):
         super().__init__()
         _check_topk(top_k, n_experts)
-        if capacity_factor is not None and not capacity_factor > 0:
+        if capacity_factor is not None and (isinstance(capacity_factor, bool) or
+                                            not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0):
             raise ValueError(f"capacity_factor must be > 0 or None, got {capacity_factor!r}")
         self.n_experts, self.top_k = n_experts, top_k
         self.normalize_topk, self.capacity_factor = normalize_topk, capacity_factor
@@ -104,20 +113,23 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int,
     ``router_logits``: one (N, E) tensor or a tuple of them (one per layer, pooled).
     ``attention_mask`` (batch, seq) of 0/1 leaves padding out.
     """
-    layers = router_logits if isinstance(router_logits, (tuple, list)) else (router_logits,)
+    layers = _layers(router_logits)
     for logits in layers:
         if logits.shape[-1] != n_experts:
             raise ValueError(f"router logits have {logits.shape[-1]} experts in their last dimension, "
                              f"expected n_experts={n_experts}")
+        if attention_mask is not None and attention_mask.numel() != logits.numel() // n_experts:
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have one entry per token "
+                             f"of the router logits {tuple(logits.shape)}")
     _check_topk(top_k, n_experts)
     device = layers[0].device
-    assigned = torch.zeros(n_experts, device=device)
-    probability = torch.zeros(n_experts, device=device)
-    rows = torch.zeros((), device=device)
+    assigned = torch.zeros(n_experts, device=device, dtype=torch.float32)       # statistics in float32
+    probability = torch.zeros(n_experts, device=device, dtype=torch.float32)
+    rows = torch.zeros((), device=device, dtype=torch.float32)
     for logits in layers:
         probs = torch.softmax(logits.float().reshape(-1, n_experts), dim=-1)   # (N, E)
         chosen = probs.topk(top_k, dim=-1).indices                            # (N, k)
-        keep = torch.ones(probs.shape[0], device=device) if attention_mask is None else \
+        keep = probs.new_ones(probs.shape[0]) if attention_mask is None else \
             attention_mask.reshape(-1).to(device=device, dtype=torch.float32)  # (N,)
         assigned = assigned.scatter_add(0, chosen.reshape(-1), keep.repeat_interleave(top_k))
         probability = probability + (probs * keep[:, None]).sum(dim=0)
@@ -127,6 +139,6 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int,
 
 def router_z_loss(router_logits) -> torch.Tensor:
     """ST-MoE's z-loss: mean over tokens of logsumexp(router logits)^2; keeps the logits small."""
-    layers = router_logits if isinstance(router_logits, (tuple, list)) else (router_logits,)
+    layers = _layers(router_logits)
     z = torch.cat([torch.logsumexp(l.float().reshape(-1, l.shape[-1]), dim=-1) for l in layers])
     return z.pow(2).mean()

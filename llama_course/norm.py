@@ -19,6 +19,10 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, name: str = "weigh
     if weight.shape != x.shape[-1:]:
         raise ValueError(f"{name} must have shape {tuple(x.shape[-1:])} (x's last dimension, x is "
                          f"{tuple(x.shape)}), got {tuple(weight.shape)}")
+    _check_eps(eps)
+
+
+def _check_eps(eps) -> None:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise ValueError(f"eps must be a number > 0, got {eps!r}")
 
@@ -61,8 +65,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0, got {eps!r}")
+        _check_eps(eps)
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 

@@ -24,6 +24,10 @@ from torch import nn
 
 LAYOUTS = ("interleaved", "half")
 ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "llama3")
+_SCALING_KEYS = {  # what each rope_type reads besides "factor"
+    "dynamic": ("original_max_position_embeddings",),
+    "llama3": ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+}
 
 
 def _check_head_dim(head_dim) -> None:
@@ -56,8 +60,14 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = N
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"scaling['rope_type'] must be one of {ROPE_TYPES}, got {rope_type!r}")
     factor = scaling.get("factor", 1.0)
-    if rope_type != "default" and not (isinstance(factor, (int, float)) and factor >= 1):
+    if rope_type != "default" and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1):
         raise ValueError(f"scaling['factor'] must be a number >= 1, got {factor!r}")
+    missing = [key for key in _SCALING_KEYS.get(rope_type, ()) if key not in scaling]
+    if missing:
+        raise ValueError(f"scaling with rope_type {rope_type!r} needs {', '.join(missing)}")
+    if rope_type == "llama3" and not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
+        raise ValueError(f"scaling['high_freq_factor'] ({scaling['high_freq_factor']}) must be > "
+                         f"scaling['low_freq_factor'] ({scaling['low_freq_factor']})")
     if rope_type == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
     elif rope_type == "dynamic":

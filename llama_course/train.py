@@ -28,7 +28,7 @@ import numpy as np
 import regex
 import torch
 
-from .config import LlamaConfig
+from .config import LlamaConfig, _check_int
 from .loss import next_token_loss
 from .model import Llama
 
@@ -76,6 +76,8 @@ def get_batch(data: torch.Tensor, batch_size: int, context_length: int, generato
               device=None) -> torch.Tensor:
     """``batch_size`` random windows of context_length + 1 tokens, (B, T + 1). The model reads a
     window and next_token_loss(model(w), w) scores its context_length next-token predictions."""
+    _check_int("batch_size", batch_size)
+    _check_int("context_length", context_length)
     if len(data) < context_length + 1:
         raise ValueError(f"the data has {len(data)} tokens, fewer than one window of context_length + 1 = "
                          f"{context_length + 1}")

@@ -49,8 +49,11 @@ def load_tiktoken_ranks(path: str | Path) -> dict[bytes, int]:
     for line_number, line in enumerate(Path(path).read_bytes().splitlines(), start=1):
         if not line:
             continue
-        token, rank = line.split()
-        ranks[base64.b64decode(token)] = int(rank)
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+        except ValueError:  # binascii.Error is a ValueError too
+            raise ValueError(f"{path}:{line_number}: expected 'base64(token) rank', got {line[:80]!r}") from None
     return ranks
 
 
