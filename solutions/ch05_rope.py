@@ -61,7 +61,8 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     # BEGIN SOLUTION Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")
     rows, d_in = w.shape
     head_dim = rows // n_heads
-    per_head = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
-    order = torch.cat([h * head_dim + per_head for h in range(n_heads)]).to(w.device)
+    evens, odds = torch.arange(0, head_dim, 2, device=w.device), torch.arange(1, head_dim, 2, device=w.device)
+    per_head = torch.cat([evens, odds])
+    order = torch.cat([h * head_dim + per_head for h in range(n_heads)])
     return w[order]
     # END SOLUTION

@@ -54,7 +54,7 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int) -> torch.Tens
     logits = torch.cat([l.reshape(-1, n_experts) for l in router_logits]).float()
     probs = torch.softmax(logits, dim=-1)
     chosen = probs.topk(top_k, dim=-1).indices
-    f = torch.zeros(n_experts, device=logits.device).scatter_add(
-        0, chosen.reshape(-1), torch.ones(chosen.numel(), device=logits.device)) / probs.shape[0]
+    f = torch.zeros(n_experts, device=probs.device, dtype=probs.dtype).scatter_add(
+        0, chosen.reshape(-1), torch.ones(chosen.numel(), device=probs.device, dtype=probs.dtype)) / probs.shape[0]
     return n_experts * torch.sum(f * probs.mean(dim=0))
     # END SOLUTION

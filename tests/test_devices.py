@@ -87,7 +87,7 @@ def test_meta_device_catches_a_stray_cpu_tensor():
     def careless(x):
         return x + torch.ones(x.shape[-1])  # created on the CPU
 
-    with pytest.raises((RuntimeError, NotImplementedError)):
+    with pytest.raises((RuntimeError, NotImplementedError), match="device"):
         careless(torch.empty(2, 3, device="meta"))
 
 

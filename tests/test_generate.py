@@ -43,11 +43,15 @@ def test_prefill_plus_decode_equals_full_forward(device, padded):
 def test_the_decode_step_sees_the_whole_cache():
     m = tiny(3)
     cache = KVCache(CONFIG, 1, 16)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5, 7]])
     with torch.no_grad():
-        m(torch.arange(6)[None], cache=cache)                      # the 6-token example prompt
+        m(ids[:, :6], cache=cache)                                 # the 6-token example prompt
         assert cache.length == 6
-        m(torch.tensor([[7]]), cache=cache)                        # its position is 6
+        step = m(ids[:, 6:], cache=cache)                          # its position is 6
+        full = m(ids)
     assert cache.length == 7 and cache.keys[0].shape == (1, 2, 16, 8)
+    # the new token attends to all 7 positions, at position 6: exactly the full forward's last logits
+    torch.testing.assert_close(step[:, -1], full[:, -1], rtol=1e-5, atol=1e-5)
 
 
 def test_cache_writes_in_place_crop_reset_capacity():
@@ -66,17 +70,10 @@ def test_cache_writes_in_place_crop_reset_capacity():
     assert cache.nbytes() == 2 * 2 * 1 * 2 * 4 * 8 * 4
 
 
-def test_greedy_matches_transformers_on_left_padded_batch(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf_config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                         num_key_value_heads=2, intermediate_size=160, max_position_embeddings=128,
-                                         attn_implementation="eager", pad_token_id=0)
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(hf_config).eval()
-    realistic_weights_(hf, std=0.2)
-    hf.generation_config.eos_token_id = None
-    hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+def test_greedy_matches_transformers_on_left_padded_batch(hf_llama_and_ours):
+    hf, ours = hf_llama_and_ours(seed=0, std=0.2, vocab_size=97, hidden_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, intermediate_size=160,
+                                 max_position_embeddings=128)
     ids = torch.tensor([[0, 0, 0, 7, 8, 9], [3, 4, 5, 6, 7, 8], [0, 11, 12, 13, 14, 15]])
     mask = (ids != 0).long()
     expected = hf.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
@@ -114,9 +111,14 @@ def test_eos_stops_each_row():
     eos = int(free[0, 4])  # row 0's second new token
     out = generate(m, prompt, 8, eos_token_id=eos)
     assert torch.equal(out[0, :5], free[0, :5]) and (out[0, 5:] == eos).all()
-    finished = (free == eos)[:, 3:].any(1)
-    if not finished[1]:
-        assert torch.equal(out[1], free[1])
+    # with every token of the free run as the eos (rows then stop at different steps, or never),
+    # each row is the free run up to and including its own first eos, then eos
+    for eos in sorted(set(free[:, 3:].flatten().tolist())):
+        out = generate(m, prompt, 8, eos_token_id=eos)
+        for row in range(2):
+            new = free[row, 3:].tolist()
+            stop = new.index(eos) + 1 if eos in new else len(new)
+            assert out[row].tolist() == prompt[row].tolist() + new[:stop] + [eos] * (len(new) - stop), (eos, row)
 
 
 def test_bad_input():

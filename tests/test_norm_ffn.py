@@ -16,6 +16,9 @@ def test_bf16_input_equals_float32_then_cast(device):
     from_fp32 = rms_norm(x.bfloat16().float(), w).bfloat16()  # same input values, cast at the end
     assert from_bf16.dtype == torch.bfloat16
     torch.testing.assert_close(from_bf16, from_fp32, rtol=0, atol=0)
+    # and the value is torch's RMSNorm of those numbers, up to rounding the output to bf16 (2^-9)
+    expected = F.rms_norm(x.bfloat16().float(), (128,), w, eps=1e-6)
+    torch.testing.assert_close(from_bf16.float(), expected, rtol=2**-8, atol=1e-5)
 
 
 def test_rmsnorm_module(device):

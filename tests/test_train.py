@@ -60,6 +60,8 @@ def test_batches_are_seeded_windows(data):
     a = get_batch(train_data, 4, 16, torch.Generator().manual_seed(0))
     b = get_batch(train_data, 4, 16, torch.Generator().manual_seed(0))
     assert a.shape == (4, 17) and torch.equal(a, b)
+    windows = train_data.unfold(0, 17, 1)                                 # every contiguous window
+    assert all((windows == row).all(dim=1).any() for row in a)
 
 
 def test_training_lowers_the_loss(data):

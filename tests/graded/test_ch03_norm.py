@@ -13,8 +13,9 @@ RMS = "Exercise 3.1 rms_norm"
 LN = "Exercise 3.2 layer_norm"
 PRE = "Exercise 3.3 pre_norm_residual"
 
-TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
-       torch.float16: dict(rtol=1e-3, atol=1e-3)}
+# bf16 keeps 8 mantissa bits: a relative tolerance of a few roundings (torch's default for bf16);
+# the oracle runs in float32 on the same rounded inputs, so no absolute slack beyond float32's.
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}
 
 
 def inputs(device, dtype, shape=(2, 5, 64), seed=0):

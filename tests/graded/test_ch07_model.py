@@ -16,6 +16,10 @@ NAMES = "Exercise 7.3 hf_to_course_names"
 
 transformers = pytest.importorskip("transformers")
 
+# float32 through a block or two: the reference implementation is within 1e-5 of transformers
+# (outputs up to ~20); 1e-4 leaves room for other correct orders of the same operations
+TOL = dict(rtol=1e-4, atol=1e-4)
+
 
 def hf_model(tie=False, n_kv_heads=2, seed=0):
     config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -43,7 +47,7 @@ def test_block_matches_transformers(impl, n_kv_heads):
         causal = torch.full((6, 6), float("-inf")).triu(1)[None, None]
         expected = layer(x, attention_mask=causal, position_embeddings=rotary)
         expected = expected[0] if isinstance(expected, tuple) else expected
-    torch.testing.assert_close(impl.llama_block(x, weights, config, positions), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(impl.llama_block(x, weights, config, positions), expected, **TOL)
 
 
 @pytest.mark.graded(FORWARD, points=4)
@@ -58,7 +62,7 @@ def test_forward_matches_transformers(impl, tie):
         expected = model(ids).logits
     logits = impl.llama_forward(ids, state, config)
     assert logits.shape == (2, 8, 97)
-    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits, expected, **TOL)
 
 
 @pytest.mark.graded(NAMES, points=2)

@@ -23,11 +23,15 @@ BYTES = "Exercise 8.5 kv_cache_bytes"
 CONFIG = LlamaConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)
 
 
-def model(seed=0):
+def model_ids_and_logits(seed, batch, length):
+    """A model with realistic weights, random ids (batch, length), and the logits of one full
+    forward pass over them without a cache: the oracle of every cached computation."""
     torch.manual_seed(seed)
     m = Llama(CONFIG).eval()
     realistic_weights_(m, std=0.2)
-    return m
+    ids = torch.randint(0, CONFIG.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():
+        return m, ids, m(ids)
 
 
 @pytest.mark.graded(UPDATE, points=2)
@@ -41,6 +45,9 @@ def test_update_writes_in_place_and_returns_everything(impl):
     keys, values = cache.update(0, k2, v2)
     assert keys.shape == (2, 2, 4, 8) and torch.equal(keys, torch.cat([k1, k2], dim=2))
     assert torch.equal(values, torch.cat([v1, v2], dim=2))
+    # in place: the preallocated (batch, kv_heads, max_seq_len, head_dim) buffers hold the positions
+    assert cache.keys[0].shape == cache.values[0].shape == (2, 2, 8, 8)
+    assert torch.equal(cache.keys[0][:, :, :4], keys) and torch.equal(cache.values[0][:, :, :4], values)
     cache.advance()
     assert cache.length == 4
     with pytest.raises(ValueError, match="8"):
@@ -49,21 +56,16 @@ def test_update_writes_in_place_and_returns_everything(impl):
 
 @pytest.mark.graded(UPDATE, points=2)
 def test_your_cache_reproduces_the_full_forward(impl):
-    m = model(1)
-    ids = torch.randint(0, 61, (2, 10), generator=torch.Generator().manual_seed(2))
+    m, ids, full = model_ids_and_logits(1, 2, 10)
+    cache = impl.KVCache(CONFIG, 2, 10)
     with torch.no_grad():
-        full = m(ids)
-        cache = impl.KVCache(CONFIG, 2, 10)
         parts = [m(ids[:, :6], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.graded(STEP, points=2)
 def test_decode_step(impl):
-    m = model(3)
-    ids = torch.randint(0, 61, (1, 9), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        full = m(ids)
+    m, ids, full = model_ids_and_logits(3, 1, 9)
     cache = impl.KVCache(CONFIG, 1, 9)
     first = impl.decode_step(m, ids[:, :6], cache)         # prefill: the last position's logits
     assert first.shape == (1, 61)
@@ -73,17 +75,11 @@ def test_decode_step(impl):
 
 
 @pytest.mark.graded(GREEDY, points=3)
-def test_greedy_matches_transformers(impl, tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf_config = transformers.LlamaConfig(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                         num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64,
-                                         attn_implementation="eager", pad_token_id=0)
-    torch.manual_seed(5)
-    hf = transformers.LlamaForCausalLM(hf_config).eval()
-    realistic_weights_(hf, std=0.3)
-    hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
-    hf.generation_config.eos_token_id = None  # no early stop: compare all 12 new tokens
+def test_greedy_matches_transformers(impl, hf_llama_and_ours):
+    # the same sizes as CONFIG; no EOS in the fixture: all 12 new tokens are compared
+    hf, ours = hf_llama_and_ours(seed=5, std=0.3, vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                                 max_position_embeddings=64)
     prompt = torch.tensor([[3, 14, 15, 9, 2]])
     expected = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
     assert expected.shape == (1, 17)
