@@ -51,7 +51,7 @@ test: install test-unit test-package test-notebooks test-book test-site-if-brows
 # with solutions/; the grader end to end (solutions full marks, stubs 0, hostile code isolated).
 test-unit: install
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist load tests --impl=solutions
-	$(PY) -m llama_course.stubs --check
+	$(PY) -m llama_course.grade.stubs --check
 
 # The same graded tests against the package's reference implementation.
 test-package: install
@@ -80,14 +80,19 @@ test-site-if-browser: install
 	  echo "Chromium is not installed: skipping the browser checks of the site (apt-get install chromium to run them)"; \
 	fi
 
+# The style is the linter's (configured in pyproject.toml).
+.PHONY: lint
+lint: install
+	$(VENV)/bin/ruff check .
+
 exercises: install
-	$(PY) -m llama_course.stubs solutions exercises
+	$(PY) -m llama_course.grade.stubs solutions exercises
 
 grade: install
 	$(PY) -m llama_course.grade exercises
 
 autograder: install
-	$(PY) -m llama_course.autograder --out _build/autograder.zip
+	$(PY) -m llama_course.grade.autograder --out _build/autograder.zip
 
 # The committed tree without the instructor's key.
 student-release:

@@ -16,7 +16,8 @@ One module per idea, in the order the book teaches them:
     tokenizer  train_bpe, BPETokenizer, llama3_tokenizer               (Chapter 2)
     utils    get_device, seed_everything
     plots    figures (imports matplotlib lazily)
-    grade    the exercise grader: python -m llama_course.grade [PATH]
+    grade/   the tools, not course content: the grader (python -m llama_course.grade [PATH]),
+             its sandbox and pytest plugin, the stub writer, the autograder, test helpers
 """
 
 from .attention import Attention, causal_mask, padding_mask, scaled_dot_product_attention, softmax

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import LlamaConfig
-from .linear import Linear   # nn.Linear that uses every CPU core for a few rows (decode)
+from .linear import Linear  # nn.Linear that uses every CPU core for a few rows (decode)
 from .norm import RMSNorm
 
 BACKENDS = ("explicit", "sdpa")

@@ -109,7 +109,7 @@ class LlamaConfig:
             raise ValueError(f"n_experts_per_token ({self.n_experts_per_token}) must be <= "
                              f"n_experts ({self.n_experts})")
 
-    def replace(self, **changes) -> "LlamaConfig":
+    def replace(self, **changes) -> LlamaConfig:
         """A copy with some fields changed (and validated again).
 
         ``n_kv_heads``, ``d_ff`` and ``head_dim`` were resolved when this config was made and are

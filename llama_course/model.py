@@ -79,7 +79,7 @@ class Llama(nn.Module):
         for load_balancing_loss and router_z_loss."""
         return tuple(layer.mlp.router_logits for layer in self.layers if isinstance(layer.mlp, MoE))
 
-    def set_attention_backend(self, backend: str) -> "Llama":
+    def set_attention_backend(self, backend: str) -> Llama:
         """"explicit" (every step spelled out, the default) or "sdpa" (torch's fused kernels: the
         choice for speed, especially on GPUs). The results agree up to rounding."""
         _check_backend(backend)
@@ -139,13 +139,13 @@ class Llama(nn.Module):
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
 
     @classmethod
-    def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> "Llama":
+    def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
         """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral). See checkpoint.py."""
         from .checkpoint import load_hf
         return load_hf(path, dtype=dtype, device=device)
 
     @classmethod
-    def from_meta(cls, path, dtype: torch.dtype | None = None, device=None) -> "Llama":
+    def from_meta(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
         """Load Meta's original release format (consolidated.*.pth + params.json). See checkpoint.py."""
         from .checkpoint import load_meta
         return load_meta(path, dtype=dtype, device=device)

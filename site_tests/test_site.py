@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from sitepages import REPO, html_dir as _html_dir, site_pages
+from sitepages import REPO, site_pages
+from sitepages import html_dir as _html_dir
 
 # Chromium as root, with nothing that phones home (component updates, sync, safe browsing
 # lists, QUIC probes...). Playwright's launch() adds a fresh, temporary --user-data-dir itself
@@ -108,7 +108,7 @@ def browser(pytestconfig):
         pytest.skip(f"Chromium not found at {exe!r} (set --browser or $CHROMIUM; install it with "
                     "apt-get install -y --no-install-recommends chromium): skipping the browser "
                     "checks of the site")
-    from playwright.sync_api import sync_playwright   # pinned in requirements.lock
+    from playwright.sync_api import sync_playwright  # pinned in requirements.lock
 
     pw = sync_playwright().start()
     try:
@@ -416,7 +416,7 @@ def test_no_external_requests(site, visit):
 
 @functools.cache
 def course_version() -> str:
-    import llama_course   # the single source of truth of the book's and the package's version
+    import llama_course  # the single source of truth of the book's and the package's version
 
     return llama_course.__version__
 

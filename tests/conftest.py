@@ -1,11 +1,11 @@
 """Shared test configuration. The graded-test machinery (--impl, --isolate, the `impl` and
-`device` fixtures, the `graded` marker) lives in llama_course.pytest_plugin so the grader can
+`device` fixtures, the `graded` marker) lives in llama_course.grade.plugin so the grader can
 load it for any folder of tests. This file ships with tests/graded in the autograder zip."""
 
 import pytest
 import torch
 
-pytest_plugins = ["llama_course.pytest_plugin"]
+pytest_plugins = ["llama_course.grade.plugin"]
 
 # Test suites made for the grader's own tests; they grade deliberately misbehaving code.
 collect_ignore = ["grader_cases"]
@@ -18,8 +18,8 @@ def hf_llama_and_ours(tmp_path):
     realistic weights of that std, and the course's Llama loaded from its saved checkpoint."""
     def make(seed: int, std: float, **sizes):
         transformers = pytest.importorskip("transformers")
+        from llama_course.grade.testing import realistic_weights_
         from llama_course.model import Llama
-        from llama_course.testing import realistic_weights_
 
         config = transformers.LlamaConfig(**sizes, attn_implementation="eager", pad_token_id=0)
         torch.manual_seed(seed)

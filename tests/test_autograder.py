@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from llama_course.autograder import build
+from llama_course.grade.autograder import build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def test_zip_layout_and_scripts(tmp_path):
         names = set(z.namelist())
         for script in ("setup.sh", "run_autograder"):
             assert stat.S_IMODE(z.getinfo(script).external_attr >> 16) & 0o111
-        assert {"pyproject.toml", "requirements.lock", "llama_course/grade.py", "llama_course/sandbox.py",
+        assert {"pyproject.toml", "requirements.lock", "llama_course/grade/grader.py", "llama_course/grade/sandbox.py",
                 "tests/conftest.py", "tests/graded/test_ch01_anatomy.py"} <= names
         assert not any("solutions" in n or "__pycache__" in n for n in names)  # no answers inside
         z.extractall(tmp_path / "autograder" / "source")

@@ -9,8 +9,8 @@ import llama_course
 from llama_course import embed, get_device, next_token_loss, seed_everything
 from llama_course.attention import causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from llama_course.ffn import swiglu
-from llama_course.rope import RotaryEmbedding, apply_rope
 from llama_course.norm import layer_norm, rms_norm
+from llama_course.rope import RotaryEmbedding, apply_rope
 
 
 def test_get_device_prefers_accelerators(monkeypatch):

@@ -5,12 +5,20 @@ import pytest
 import torch
 
 from llama_course import PRESETS, LlamaConfig
-from llama_course.cost import (ACCELERATORS, arithmetic_intensity, decode_bytes, flops_per_token, kv_cache_bytes,
-                               measure_accelerator, prefill_flops, roofline_time)
+from llama_course.cost import (
+    ACCELERATORS,
+    arithmetic_intensity,
+    decode_bytes,
+    flops_per_token,
+    kv_cache_bytes,
+    measure_accelerator,
+    prefill_flops,
+    roofline_time,
+)
 from llama_course.generate import generate, sample_next, stream_generate, top_k_filter, top_p_filter
+from llama_course.grade.testing import realistic_weights_
 from llama_course.kv_cache import KVCache
 from llama_course.model import Llama
-from llama_course.testing import realistic_weights_
 
 CONFIG = LlamaConfig(vocab_size=53, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)
 

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from llama_course import LlamaConfig, count_parameters
 from llama_course.attention import Attention, causal_mask, gqa_attention, mha_to_gqa, padding_mask, repeat_kv
+from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
-from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 

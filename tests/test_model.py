@@ -7,9 +7,9 @@ import torch
 
 from llama_course import PRESETS, LlamaConfig, count_parameters
 from llama_course.checkpoint import CheckpointError, meta_to_course_name
+from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
 from llama_course.rope import half_to_interleaved
-from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 

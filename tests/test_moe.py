@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from llama_course import LlamaConfig, count_parameters
+from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
 from llama_course.moe import MoE, load_balancing_loss, route_topk, router_z_loss
-from llama_course.testing import realistic_weights_
 
 transformers = pytest.importorskip("transformers")
 modeling_mixtral = pytest.importorskip("transformers.models.mixtral.modeling_mixtral")

@@ -6,8 +6,14 @@ import torch
 
 from llama_course import LlamaConfig
 from llama_course.attention import Attention
-from llama_course.rope import (RotaryEmbedding, apply_rope, half_to_interleaved, interleaved_to_half,
-                               rope_cos_sin, rope_inv_freq)
+from llama_course.rope import (
+    RotaryEmbedding,
+    apply_rope,
+    half_to_interleaved,
+    interleaved_to_half,
+    rope_cos_sin,
+    rope_inv_freq,
+)
 
 rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
 from transformers import LlamaConfig as HFConfig  # noqa: E402

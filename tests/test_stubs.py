@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_course.stubs import NOT_IMPLEMENTED, exercise_labels, make_stub, stale_stubs
+from llama_course.grade.stubs import NOT_IMPLEMENTED, exercise_labels, make_stub, stale_stubs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,17 @@ import torch
 from llama_course import LlamaConfig
 from llama_course.model import Llama
 from llama_course.tokenizer import train_bpe
-from llama_course.train import (TrainConfig, get_batch, load_checkpoint, lr_at, make_optimizer, save_checkpoint,
-                                split, tokenize_to_file, train)
+from llama_course.train import (
+    TrainConfig,
+    get_batch,
+    load_checkpoint,
+    lr_at,
+    make_optimizer,
+    save_checkpoint,
+    split,
+    tokenize_to_file,
+    train,
+)
 
 TEXT = ("The small robot baked bread every morning. The bread was warm and the robot was happy. " * 60)
 CONFIG = LlamaConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=64)

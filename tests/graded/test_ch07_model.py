@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from llama_course import LlamaConfig
-from llama_course.testing import realistic_weights_
+from llama_course.grade.testing import realistic_weights_
 
 BLOCK = "Exercise 7.1 llama_block"
 FORWARD = "Exercise 7.2 llama_forward"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from llama_course import PRESETS, LlamaConfig
+from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
-from llama_course.testing import realistic_weights_
 
 PACKAGE_MODULES = ["llama_course.kv_cache", "llama_course.generate", "llama_course.cost"]
 

@@ -5,7 +5,7 @@
     pytest tests/graded --impl=PATH          any folder of chNN_*.py files
     pytest tests/graded --impl=package       the package's reference implementation
     ... --isolate                            run the implementation in a worker process per test
-                                             (the grader always does; see llama_course.sandbox)
+                                             (the grader always does; see llama_course.grade.sandbox)
 
 A graded test file ``test_ch01_anatomy.py`` grades ``ch01_anatomy.py`` of the chosen folder and
 receives it as the ``impl`` fixture. Each graded test carries its points and its exercise:
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _NAMED = {"solutions": REPO / "solutions", "exercises": REPO / "exercises"}
 SANDBOX = pytest.StashKey()
 
@@ -88,7 +88,7 @@ def impl(request):
     if not path.is_file():
         pytest.fail(f"{path} does not exist", pytrace=False)
     if request.config.getoption("--isolate"):
-        from llama_course.sandbox import Sandbox
+        from llama_course.grade.sandbox import Sandbox
         sandbox = Sandbox(path, timeout=request.config.getoption("--impl-timeout"))
         request.addfinalizer(sandbox.close)
         request.node.stash[SANDBOX] = sandbox

@@ -10,7 +10,7 @@ The stub keeps everything else (signature, docstring, imports) and replaces the 
 
     raise NotImplementedError("Exercise 1.1 ffn_hidden_dim (Chapter 1, ...): not implemented yet")
 
-Usage:  python -m llama_course.stubs [--check] [SOLUTIONS_DIR] [EXERCISES_DIR]
+Usage:  python -m llama_course.grade.stubs [--check] [SOLUTIONS_DIR] [EXERCISES_DIR]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def stale_stubs(solutions: Path, exercises: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llama_course.stubs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m llama_course.grade.stubs", description=__doc__.splitlines()[0])
     parser.add_argument("solutions", nargs="?", default="solutions", type=Path)
     parser.add_argument("exercises", nargs="?", default="exercises", type=Path)
     parser.add_argument("--check", action="store_true", help="only report stale stubs (exit 1 if any)")

@@ -7,7 +7,7 @@ prints a table per exercise (points earned / possible, first failure) and writes
 results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
 
 The grader never imports the student's code: every test talks to a fresh worker process
-(llama_course.sandbox), so nothing that code does -- raise, hang, exit, print, write files,
+(llama_course.grade.sandbox), so nothing that code does -- raise, hang, exit, print, write files,
 patch torch -- can change another test's score or the results file, which is written only
 after every worker is gone.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .pytest_plugin import REPO, SANDBOX
+from .plugin import REPO, SANDBOX
 
 OUTPUT_CHARS = 4000  # of failure text and student output per test in results.json
 
@@ -107,7 +107,7 @@ def run(path: Path, tests: Path, chapters: list[int], timeout: float) -> tuple[l
             return [], [f"no graded tests for chapter(s) {chapters} in {tests}"]
     collector = _Collector()
     args = [*targets, f"--impl={path}", "--isolate", f"--impl-timeout={timeout}",
-            "-p", "llama_course.pytest_plugin", "-p", "no:cacheprovider",
+            "-p", "llama_course.grade.plugin", "-p", "no:cacheprovider",
             "-q", "--tb=short", f"--rootdir={REPO}", "-o", "addopts="]
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):

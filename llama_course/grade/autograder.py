@@ -1,6 +1,6 @@
 """Build the Gradescope autograder zip from the same graded tests the course runs.
 
-    python -m llama_course.autograder --out _build/autograder.zip      (or: make autograder)
+    python -m llama_course.grade.autograder --out _build/autograder.zip      (or: make autograder)
 
 Gradescope unpacks the zip into /autograder/source, runs setup.sh once to build the image, and
 runs run_autograder for each submission: the student's chNN_*.py files (at the top of the
@@ -14,7 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .pytest_plugin import REPO
+from .plugin import REPO
 
 CONTENTS = ["pyproject.toml", "requirements.lock", "README.md", "llama_course", "tests/conftest.py", "tests/graded"]
 
@@ -66,7 +66,7 @@ def build(out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llama_course.autograder", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m llama_course.grade.autograder", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("_build/autograder.zip"))
     args = parser.parse_args(argv)
     print(f"wrote {build(args.out)}")

@@ -70,7 +70,7 @@ def _context():
     # milliseconds. Where fork is unsafe (macOS, Windows), spawn a fresh interpreter instead.
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "llama_course.sandbox"])
+        ctx.set_forkserver_preload(["torch", "llama_course.grade.sandbox"])
         return ctx
     return multiprocessing.get_context("spawn")
 
