@@ -6,15 +6,15 @@ import torch.nn.functional as F
 
 from llama_course import LlamaConfig
 from llama_course.attention import (
-    Attention,
     causal_mask,
     merge_heads,
     padding_mask,
-    repeat_kv,
     scaled_dot_product_attention,
     softmax,
     split_heads,
 )
+from llama_course.gqa import repeat_kv
+from llama_course.model import Attention
 
 
 def llama_attention_reference(config, ours, x, additive_mask):

@@ -90,6 +90,7 @@ def test_preset_details():
 
 
 def test_import_does_not_pull_in_plotting_or_jupyter():
-    code = "import sys, llama_course; print(sorted(m for m in ('matplotlib', 'IPython', 'jupyter_client', 'pytest') if m in sys.modules))"
+    code = ("import sys, llama_course; "
+            "print(sorted(m for m in ('matplotlib', 'IPython', 'jupyter_client', 'pytest') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -94,7 +94,8 @@ def test_sampling_is_reproducible_and_streams():
     a = generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7))
     b = generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7))
     assert torch.equal(a, b)
-    streamed = list(stream_generate(m, prompt, 10, temperature=0.8, top_k=5, generator=torch.Generator().manual_seed(7)))
+    streamed = list(stream_generate(m, prompt, 10, temperature=0.8, top_k=5,
+                                    generator=torch.Generator().manual_seed(7)))
     assert torch.equal(torch.stack(streamed, dim=1), a[:, 3:])
 
 

@@ -176,7 +176,7 @@ def test_bad_input():
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="input_ids"):
         model(torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match="token id 50"):
+    with pytest.raises(ValueError, match=r"input_ids must be in \[0, 50\) \(the vocabulary\), got 50"):
         model(torch.tensor([[1, 50]]))
     with pytest.raises(ValueError, match="attention_mask"):
         model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
