@@ -194,13 +194,12 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))                                          # (B, T, V)
 
     def _check_inputs(self, input_ids, positions, cache, attention_mask) -> None:
-        check_token_ids("input_ids", input_ids, self.config.vocab_size)
+        check_token_ids("input_ids", input_ids, self.config.vocab_size, like=self.embed_tokens.weight,
+                        like_name="the model's weights")
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
         if positions is not None:
             check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
-        if cache is not None:
-            check_type("cache", cache, KVCache)
         if attention_mask is not None:
             check_tensor("attention_mask", attention_mask, 2)     # dtype and 0/1 values: padding_mask
             expected = (input_ids.shape[0], (cache.length if cache is not None else 0) + input_ids.shape[1])

@@ -73,6 +73,7 @@ class MoE(nn.Module):
         self.dropped = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, min_ndim=1, floating=True, like=self.gate.weight, like_name="the router's weight")
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                    # (N, d) every token
         logits = self.gate(x)                                           # (N, E)

@@ -173,3 +173,35 @@ def test_angles_are_rows_of_the_tables_and_the_model_looks_them_up_once():
         layer.self_attn.register_forward_pre_hook(lambda module, args: seen.append(args[2]))
     model(torch.tensor([[1, 2, 3]]))
     assert len(seen) == 3 and all(isinstance(p, tuple) and p[0] is seen[0][0] for p in seen)
+
+
+def test_non_finite_parameters_zero_lengths_and_huge_positions_are_rejected():
+    with pytest.raises(ValueError, match="base must be a finite number > 0"):
+        rope_inv_freq(8, base=float("inf"))
+    with pytest.raises(ValueError, match=r"scaling\['factor'\] must be a finite number >= 1"):
+        rope_inv_freq(8, scaling={"rope_type": "linear", "factor": float("inf")})
+    for key in ("original_max_position_embeddings",):
+        with pytest.raises(ValueError, match=key):
+            rope_inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2.0, key: 0})
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    with pytest.raises(ValueError, match="low_freq_factor"):
+        rope_inv_freq(8, scaling=llama3)
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        rope_inv_freq(8, scaling={**llama3, "low_freq_factor": 1.0, "original_max_position_embeddings": 0})
+    x = torch.randn(1, 8)
+    with pytest.raises(ValueError, match="2\\^24"):                 # 2^24 + 1 is 2^24 in float32
+        apply_rope(x, torch.tensor([2**24 + 1]))
+    with pytest.raises(ValueError, match="positions must be"):
+        apply_rope(x, torch.tensor(0))                               # 0-d positions
+    with pytest.raises(ValueError, match="head_dim"):
+        apply_rope(torch.randn(1, 0), torch.tensor([0]))
+
+
+def test_rope_rejects_non_float_x_and_mixed_devices():
+    for bad in (torch.ones(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.bool),
+                torch.ones(3, 8, dtype=torch.cfloat)):
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            apply_rope(bad, torch.arange(3))
+    with pytest.raises(ValueError, match="one device"):
+        apply_rope(torch.randn(3, 8), torch.arange(3, device="meta"))
