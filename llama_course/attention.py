@@ -6,8 +6,8 @@
     out     = weights V                          (..., L_q, d_v)
 
 Multi-head attention runs H of these side by side on slices of width d / H and mixes the heads
-back with W_O. LLaMA's projections have no biases. The scores and the softmax are computed in
-float32 (at least: float64 stays float64), whatever the inputs' dtype.
+back with W_O. LLaMA's projections have no biases. The softmax is computed in float32 (at least:
+float64 stays float64), and so are the scores of float16 inputs, whose q . k can overflow.
 
 This module is Chapter 4's attention. LLaMA's layer, ``model.Attention``, adds the later
 chapters' steps on top of ``MultiHeadAttention``: RoPE (Chapter 5), the KV cache (Chapter 8),
@@ -132,11 +132,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     if backend == "sdpa":
         return fused_attention(q, k, v, mask)
     scale = 1.0 / math.sqrt(q.shape[-1])
-    dtype = torch.promote_types(q.dtype, torch.float32)                # float16's q . k would overflow
-    scores = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale     # (..., L_q, L_k) at least float32
+    dtype = torch.float32 if q.dtype == torch.float16 else q.dtype     # float16's q . k overflows at 65,504
+    scores = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale     # (..., L_q, L_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))              # (..., L_q, L_k)
-    weights = softmax(scores, dim=-1).to(v.dtype)                      # (..., L_q, L_k) rows sum to 1
+    weights = softmax(scores, dim=-1).to(v.dtype)                      # (..., L_q, L_k) softmax in float32+
     return weights @ v                                                 # (..., L_q, d_v)
 
 
