@@ -101,15 +101,17 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = N
     return inv_freq
 
 
-def check_positions(positions, limit: int = MAX_POSITION) -> torch.Tensor:
-    """An integer tensor of positions, (seq,) or (batch, seq), each in [0, limit) (one device-to-host
-    copy on a GPU; meta tensors hold no values)."""
+def check_positions(positions, max_seq_len: int | None = None) -> torch.Tensor:
+    """An integer tensor of positions, (seq,) or (batch, seq): each in [0, max_seq_len) for a table
+    of that many rows, else within float32's exact integers, |m| < 2^24 (negative positions rotate
+    backwards). One device-to-host copy on a GPU; meta tensors hold no values."""
     check_tensor("positions", positions, integer=True)
     if positions.dim() not in (1, 2):
         raise ValueError(f"positions must be (seq,) or (batch, seq), got shape {tuple(positions.shape)}")
-    if positions.device.type != "meta" and positions.numel() and (positions.min() < 0 or positions.max() >= limit):
-        bound = "max_seq_len" if limit != MAX_POSITION else "float32 angles are exact up to 2^24"
-        raise ValueError(f"positions must be in [0, {limit}) ({bound}), got "
+    low, high = (0, max_seq_len) if max_seq_len is not None else (-MAX_POSITION + 1, MAX_POSITION)
+    if positions.device.type != "meta" and positions.numel() and (positions.min() < low or positions.max() >= high):
+        bound = "max_seq_len" if max_seq_len is not None else "float32 angles are exact only up to 2^24"
+        raise ValueError(f"positions must be in [{low}, {high}) ({bound}), got "
                          f"[{int(positions.min())}, {int(positions.max())}]")
     return positions
 
