@@ -141,16 +141,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                    n_rep: int = 1) -> torch.Tensor:
-    """torch's F.scaled_dot_product_attention (``n_rep`` > 1: k and v have one head per n_rep query
-    heads), made to agree with the explicit formula in its two corners: a query that sees no key
-    gets zeros (the kernels give NaN), and a NaN in q or in a key it sees gives NaN (the kernels
+                    enable_gqa: bool = False) -> torch.Tensor:
+    """torch's F.scaled_dot_product_attention (``enable_gqa``: k and v have one head per group of
+    query heads), made to agree with the explicit formula in its two corners: a query that sees no
+    key gets zeros (the kernels give NaN), and a NaN in q or in a key it sees gives NaN (the kernels
     skip it and give zeros)."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=n_rep > 1)   # (..., L_q, d_v)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)  # (..., L_q, d_v)
     nan_key = k.isnan().any(-1)                                                            # (..., H_kv, L_k)
-    nan_key = (nan_key.repeat_interleave(n_rep, dim=-2) if n_rep > 1 else nan_key)[..., None, :]  # (..., 1, L_k)
-    seen = mask if mask is not None else torch.ones_like(nan_key)                           # (..., L_q, L_k)
-    nan = q.isnan().any(-1, keepdim=True) | (nan_key & seen).any(-1, keepdim=True)        # (..., L_q, 1)
+    if enable_gqa:
+        nan_key = nan_key.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-2)           # (..., H, L_k)
+    seen = mask if mask is not None else torch.ones_like(nan_key[..., None, :])             # (..., L_q, L_k)
+    nan = q.isnan().any(-1, keepdim=True) | (nan_key[..., None, :] & seen).any(-1, keepdim=True)  # (..., L_q, 1)
     out = out.masked_fill(nan, float("nan"))
     return out if mask is None else out.masked_fill(~seen.any(-1, keepdim=True), 0.0)
 

@@ -11,12 +11,16 @@ nucleus), renormalise, and draw with ``generator``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
 from .attention import check_attention_mask
 from .checks import check_int, check_number, check_positive_int, check_token_ids
 from .kv_cache import KVCache
+
+if TYPE_CHECKING:  # model.py does not import this module; the hint alone needs the class
+    from .model import Llama
 
 
 def _check_sampling(temperature, top_k, top_p) -> None:
@@ -66,7 +70,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
-def _check_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,
+def _check_generate(model: Llama, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,
                     attention_mask) -> None:
     config = model.config
     check_token_ids("input_ids", input_ids, config.vocab_size)
@@ -89,7 +93,7 @@ def _check_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p,
 
 
 @torch.no_grad()
-def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
                     attention_mask: torch.Tensor | None = None,
                     generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
@@ -120,7 +124,7 @@ def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, tempera
         logits = model(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # decode: (B, V)
 
 
-def generate(model, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
              attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """The prompt followed by up to ``max_new_tokens`` new tokens per row, (B, T + n).

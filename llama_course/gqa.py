@@ -56,7 +56,7 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     kv_heads = k.shape[1]
     n_rep = n_heads // kv_heads
     if backend == "sdpa":                                        # torch's kernels share KV heads themselves
-        return fused_attention(q, k, v, mask, n_rep)
+        return fused_attention(q, k, v, mask, enable_gqa=True)
     rows = q.reshape(batch, kv_heads, n_rep * seq, head_dim)     # (B, H_kv, n_rep*T, d) a group's queries
     if mask is not None:
         while mask.dim() < 4:
