@@ -121,7 +121,8 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
             return
         if attention_mask is not None:   # padded rows: the new token is real, extend the mask
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        logits = model(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # decode: (B, V)
+        # decode: the model's own token needs no checks (each would make a GPU wait, Chapter 8)
+        logits = model.logits(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # (B, V)
 
 
 def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,

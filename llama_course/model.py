@@ -30,7 +30,7 @@ from .kv_cache import KVCache
 from .linear import Linear
 from .moe import MoE
 from .norm import RMSNorm
-from .rope import RotaryEmbedding
+from .rope import RotaryEmbedding, check_positions
 
 INIT_STD = 0.02
 
@@ -182,10 +182,17 @@ class Llama(nn.Module):
         attention_mask (B, T_past + T) of 0/1, Hugging Face style (1 = real token, 0 = padding)
         """
         self._check_inputs(input_ids, positions, cache, attention_mask)
+        return self.logits(input_ids, positions, cache, attention_mask)
+
+    def logits(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`forward` without its argument checks, for inputs known to be valid: the decode
+        loop's own tokens (Chapter 8). On a GPU a check that reads values (token ids in range)
+        makes the CPU wait for the GPU, and a decode step would pay that wait every time."""
         past = cache.length if cache is not None else 0
         mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
                                         positions=positions)                       # (B, 1, T, T_kv), (B, T)
-        angles = self.rotary.angles(positions)          # RoPE's cos, sin (..., T, hd/2), once for all layers
+        angles = self.rotary.rows(positions)            # RoPE's cos, sin (..., T, hd/2), once for all layers
         x = self.embed_tokens(input_ids)                                           # (B, T, d)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, angles, cache, i)                                   # (B, T, d)
@@ -198,8 +205,12 @@ class Llama(nn.Module):
                         like_name="the model's weights")
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
+        end = (cache.length if cache is not None else 0) + input_ids.shape[1]
         if positions is not None:
             check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
+            check_positions(positions, self.config.max_seq_len)
+        elif end > self.config.max_seq_len:   # the default positions: known here without reading a tensor
+            raise ValueError(f"positions must be in [0, {self.config.max_seq_len}) (max_seq_len), got up to {end - 1}")
         if attention_mask is not None:
             check_tensor("attention_mask", attention_mask, 2)     # dtype and 0/1 values: padding_mask
             expected = (input_ids.shape[0], (cache.length if cache is not None else 0) + input_ids.shape[1])

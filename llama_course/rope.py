@@ -218,6 +218,11 @@ class RotaryEmbedding(nn.Module):
     def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows of the cos and sin tables at ``positions``: float32, (*positions.shape, d/2)."""
         check_positions(positions, self.max_seq_len)
+        return self.rows(positions)
+
+    def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`angles` for positions already known to be in range (Llama.forward makes its own
+        from the cache length): no check, so no device-to-host copy on a GPU."""
         return self.cos[positions], self.sin[positions]
 
     def forward(self, q: torch.Tensor, k: torch.Tensor,

@@ -71,11 +71,11 @@ def test_decode_steps_do_not_wait_for_the_device(monkeypatch):
     prompt = torch.randint(0, 64, (2, 5))
     reads = []
     calls = {"forward": 0}
-    original_forward = model.forward
+    original_logits = model.logits
 
-    def counting_forward(*args, **kwargs):   # the first call is the prefill; the rest are decode steps
+    def counting_logits(*args, **kwargs):   # forward's core: first the prefill, then each decode step
         calls["forward"] += 1
-        return original_forward(*args, **kwargs)
+        return original_logits(*args, **kwargs)
 
     def spy(name):
         original = getattr(torch.Tensor, name)
@@ -87,7 +87,7 @@ def test_decode_steps_do_not_wait_for_the_device(monkeypatch):
             return original(self, *args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(model, "forward", counting_forward)
+    monkeypatch.setattr(model, "logits", counting_logits)
     for name in SYNCING:
         monkeypatch.setattr(torch.Tensor, name, spy(name))
     out = generate(model, prompt, 6)
