@@ -169,6 +169,44 @@ def test_a_crash_at_every_file_operation_of_a_save_resumes_from_the_newest_compl
     assert resumed_from == [4] * first_new + [8] * (n_operations - first_new) and 0 < first_new < n_operations
 
 
+KILLED_BETWEEN_THE_RENAMES = """
+import os, sys, torch
+from llama_course import LlamaConfig
+from llama_course.model import Llama
+from llama_course.train import TrainConfig, train
+config = LlamaConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=64)
+data = torch.arange(2000) % 300
+cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4, checkpoint_interval=4,
+                  progress=False)
+real_replace, renames = os.replace, []
+def replace(source, target):
+    renames.append(target)
+    if len(renames) == 3:          # the second save: checkpoint -> checkpoint.old is done, .tmp not yet promoted
+        os._exit(9)
+    real_replace(source, target)
+os.replace = replace
+torch.manual_seed(0)
+train(Llama(config), data, data, cfg, out_dir=sys.argv[1])
+"""
+
+
+def test_a_process_killed_between_the_renames_resumes_from_the_new_checkpoint(tmp_path):
+    from llama_course.train import find_checkpoint
+
+    run = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_THE_RENAMES, str(tmp_path)], timeout=300,
+                         capture_output=True, text=True)
+    assert run.returncode == 9, run.stderr
+    assert not (tmp_path / "checkpoint").exists()                          # the moment the old code lost both
+    assert find_checkpoint(tmp_path / "checkpoint") == tmp_path / "checkpoint.tmp"
+    data = torch.arange(2000) % 300
+    cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4,
+                      checkpoint_interval=4, progress=False)
+    history = train(Llama(CONFIG), data, data, cfg, out_dir=tmp_path, resume=True)
+    assert history["step"] == list(range(8))                              # steps 0-7 done, from the step-8 save
+    torch.manual_seed(0)
+    assert history["train_loss"] == train(Llama(CONFIG), data, data, cfg)["train_loss"]
+
+
 def test_a_leftover_old_checkpoint_does_not_break_saves(data, tmp_path):
     cfg = TrainConfig(steps=4, batch_size=2, context_length=8, warmup_steps=1, eval_interval=2, progress=False)
     model = Llama(CONFIG)
