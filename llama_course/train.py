@@ -127,18 +127,26 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches"):
-            check_positive_int(name, getattr(self, name))
-        check_int("warmup_steps", self.warmup_steps, low=0), check_int("seed", self.seed, low=0)
-        check_int("checkpoint_interval", self.checkpoint_interval, low=0)
-        check_positive_number("lr", self.lr), check_positive_number("grad_clip", self.grad_clip)
-        check_number("min_lr_ratio", self.min_lr_ratio, 0, 1), check_number("weight_decay", self.weight_decay, low=0)
-        if not (isinstance(self.betas, (tuple, list)) and len(self.betas) == 2):
-            raise TypeError(f"betas must be a pair of numbers, got {self.betas!r}")
-        for beta in self.betas:
-            check_number("betas", beta, 0, 1, high_open=True)
-        check_bool("compile", self.compile), check_bool("progress", self.progress)
-        self.betas = tuple(self.betas)
+        self.betas = check_train_config(self)
+
+
+def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
+    """TypeError/ValueError naming the first bad field of ``cfg``; returns betas as a tuple."""
+    for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches"):
+        check_positive_int(name, getattr(cfg, name))
+    for name in ("warmup_steps", "checkpoint_interval", "seed"):
+        check_int(name, getattr(cfg, name), low=0)
+    check_positive_number("lr", cfg.lr)
+    check_positive_number("grad_clip", cfg.grad_clip)
+    check_number("min_lr_ratio", cfg.min_lr_ratio, 0, 1)
+    check_number("weight_decay", cfg.weight_decay, low=0)
+    if not (isinstance(cfg.betas, (tuple, list)) and len(cfg.betas) == 2):
+        raise TypeError(f"betas must be a pair of numbers, got {cfg.betas!r}")
+    for beta in cfg.betas:
+        check_number("betas", beta, 0, 1, high_open=True)
+    check_bool("compile", cfg.compile)
+    check_bool("progress", cfg.progress)
+    return tuple(cfg.betas)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
