@@ -4,9 +4,23 @@
                context_length + 1 tokens drawn with a seeded generator, a train/validation split
     optimizer  AdamW, betas (0.9, 0.95), weight decay 0.1 on matrices only (not on norm weights)
     schedule   linear warmup, then cosine decay to min_lr (LLaMA: 10% of the peak)
-    stability  gradient clipping at 1.0; bf16 autocast on GPUs; optional torch.compile
-    checkpoints  weights in safetensors + optimizer, schedule and RNG state, written to a temp
-               file and renamed, so an interrupted run leaves the last complete one intact
+    stability  gradient clipping at 1.0; bf16 autocast on GPUs that support it (fp16 with a
+               gradient scaler on older CUDA GPUs); a NaN or infinite loss stops the run
+    checkpoints  weights in safetensors + optimizer, schedule and RNG state + a manifest of
+               SHA-256 sums, saved by the protocol below, so a crash at any moment leaves the
+               newest complete checkpoint for ``--resume``
+
+Saving ``out/checkpoint`` (staging folder ``checkpoint.tmp``, previous one ``checkpoint.old``):
+
+    0. recover: finish or undo an interrupted save (a complete .tmp is promoted as in 2-3;
+       anything else stale is deleted)
+    1. write .tmp/{model.safetensors, state.pt, config.json}, then .tmp/manifest.json (step and
+       the files' SHA-256), each file fsync'd, then the folder fsync'd
+    2. checkpoint -> checkpoint.old;  3. checkpoint.tmp -> checkpoint  (each rename fsync'd)
+    4. delete checkpoint.old
+
+A crash before 1 ends leaves the previous checkpoint untouched; after it, .tmp is complete and is
+the newest. Loading checks every SHA-256 and every field of the model's configuration.
 
     python -m llama_course.train --config tiny --steps 300 --out runs/tiny
 """
@@ -16,19 +30,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import regex
 import torch
 
-from .config import LlamaConfig, _check_int
+from .checks import check_bool, check_int, check_number, check_positive_int, check_positive_number
+from .config import LlamaConfig
 from .loss import next_token_loss
 from .model import Llama
 
@@ -58,7 +75,7 @@ def shuffle_documents(text: str, seed: int = 0, separator: str = "<|endoftext|>"
     order, joined by ``separator``, so that a tail split for validation samples every kind of text."""
     import random
 
-    documents = regex.split(r"\n\n(?=Title:|标题：)", text.strip())
+    documents = re.split(r"\n\n(?=Title:|标题：)", text.strip())
     random.Random(seed).shuffle(documents)
     return separator.join(documents)
 
@@ -76,8 +93,7 @@ def get_batch(data: torch.Tensor, batch_size: int, context_length: int, generato
               device=None) -> torch.Tensor:
     """``batch_size`` random windows of context_length + 1 tokens, (B, T + 1). The model reads a
     window and next_token_loss(model(w), w) scores its context_length next-token predictions."""
-    _check_int("batch_size", batch_size)
-    _check_int("context_length", context_length)
+    check_positive_int("batch_size", batch_size), check_positive_int("context_length", context_length)
     if len(data) < context_length + 1:
         raise ValueError(f"the data has {len(data)} tokens, fewer than one window of context_length + 1 = "
                          f"{context_length + 1}")
@@ -109,6 +125,28 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = check_train_config(self)
+
+
+def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
+    """TypeError/ValueError naming the first bad field of ``cfg``; returns betas as a tuple."""
+    for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches"):
+        check_positive_int(name, getattr(cfg, name))
+    for name in ("warmup_steps", "checkpoint_interval", "seed"):
+        check_int(name, getattr(cfg, name), low=0)
+    check_positive_number("lr", cfg.lr)
+    check_positive_number("grad_clip", cfg.grad_clip)
+    check_number("min_lr_ratio", cfg.min_lr_ratio, 0, 1)
+    check_number("weight_decay", cfg.weight_decay, low=0)
+    if not (isinstance(cfg.betas, (tuple, list)) and len(cfg.betas) == 2):
+        raise TypeError(f"betas must be a pair of numbers, got {cfg.betas!r}")
+    for beta in cfg.betas:
+        check_number("betas", beta, 0, 1, high_open=True)
+    check_bool("compile", cfg.compile)
+    check_bool("progress", cfg.progress)
+    return tuple(cfg.betas)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -143,11 +181,20 @@ def evaluate(model, data: torch.Tensor, cfg: TrainConfig, device) -> float:
     return sum(losses) / len(losses)
 
 
+def autocast_dtype(device) -> torch.dtype | None:
+    """The dtype to autocast to on ``device``: bfloat16 on a GPU that computes in it natively
+    (Ampere and later), float16 on an older CUDA GPU (T4, V100: with a gradient scaler), None
+    (float32) elsewhere."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+
+
 def _autocast(device):
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return torch.autocast(device.type, enabled=False)
+    dtype = autocast_dtype(device)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
 def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
@@ -159,6 +206,40 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
     """
     device = torch.device(device or next(model.parameters()).device)
+    check_train_inputs(model, train_data, val_data, cfg, out_dir, resume, until)
+    optimizer = make_optimizer(model, cfg)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype(device) == torch.float16)
+    history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
+    start_step = 0
+    if resume:
+        start_step, history = resume_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, generator, cfg,
+                                                scaler)
+    step_fn = torch.compile(model) if cfg.compile else model
+    model.train()
+    tokens, started = 0, time.perf_counter()
+    stop = cfg.steps if until is None else min(until, cfg.steps)
+    bar = _progress(range(start_step, stop), cfg.progress)
+    for step in bar:
+        x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)   # (B, T+1)
+        loss = train_step(step_fn, optimizer, x, lr_at(step, cfg), cfg, scaler, step)
+        tokens += x.numel()
+        log_step(history, step, loss, model, val_data, cfg, device)
+        history["tokens_per_s"] = tokens / (time.perf_counter() - started)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
+        if out_dir is not None and should_checkpoint(step, stop, cfg):
+            save_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg,
+                            scaler)
+    model.eval()
+    return history
+
+
+def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
+                       out_dir=None, resume: bool = False, until: int | None = None) -> None:
+    """ValueError unless a window of context_length + 1 tokens fits the model and both data sets."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if cfg.context_length + 1 > model.config.max_seq_len:
         raise ValueError(f"context_length + 1 ({cfg.context_length + 1}) exceeds the model's max_seq_len "
                          f"({model.config.max_seq_len})")
@@ -166,43 +247,54 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
         if len(data) < cfg.context_length + 1:
             raise ValueError(f"the {name} data has {len(data)} tokens, fewer than one window of "
                              f"context_length + 1 = {cfg.context_length + 1}")
-    optimizer = make_optimizer(model, cfg)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
-    start_step = 0
-    if resume and out_dir is not None and (Path(out_dir) / "checkpoint").exists():
-        start_step, history = load_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, generator)
-    step_fn = torch.compile(model) if cfg.compile else model
-    model.train()
-    tokens, started = 0, time.perf_counter()
-    stop = cfg.steps if until is None else min(until, cfg.steps)
-    bar = _progress(range(start_step, stop), cfg.progress)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)
-        with _autocast(device):
-            loss = next_token_loss(step_fn(x), x)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        tokens += x.numel()
-        history["step"].append(step)
-        history["train_loss"].append(loss.item())
-        last = step == cfg.steps - 1
-        if (step + 1) % cfg.eval_interval == 0 or last:
-            history["val_step"].append(step)
-            history["val_loss"].append(evaluate(model, val_data, cfg, device))
-        history["tokens_per_s"] = tokens / (time.perf_counter() - started)
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
-        pause = step == stop - 1
-        if out_dir is not None and (last or pause or
-                                    (cfg.checkpoint_interval and (step + 1) % cfg.checkpoint_interval == 0)):
-            save_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg)
-    model.eval()
-    return history
+    if check_bool("resume", resume) and out_dir is None:
+        raise ValueError("resume=True needs out_dir, the folder that holds the checkpoint")
+    if until is not None:
+        check_positive_int("until", until)
+
+
+def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: float, cfg: TrainConfig,
+               scaler: torch.amp.GradScaler | None = None, step: int | None = None) -> float:
+    """One optimizer step on the windows x (B, T+1) at learning rate ``lr``; returns the loss.
+
+    ``model`` is whatever runs the forward pass (the model, its torch.compile, a DDP wrapper).
+    A NaN or infinite loss (or, without an fp16 ``scaler``, gradient) raises FloatingPointError
+    before the weights change.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with _autocast(x.device):
+        loss = next_token_loss(model(x), x)                    # scalar: mean over B*T predictions
+    value = loss.item()
+    scaler = scaler or torch.amp.GradScaler(x.device.type, enabled=False)
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)                                 # clip the true gradients, not the scaled ones
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    if not math.isfinite(value) or (not scaler.is_enabled() and not torch.isfinite(norm)):
+        what = f"loss {value}" if not math.isfinite(value) else f"gradient norm {norm.item()}"
+        raise FloatingPointError(f"non-finite {what}{'' if step is None else f' at step {step}'} (learning "
+                                 f"rate {lr:.3g}): training stopped before updating the weights; no checkpoint "
+                                 f"was written for this step. Lower the learning rate or check the data.")
+    scaler.step(optimizer)                                     # fp16: skipped when a gradient overflowed
+    scaler.update()
+    return value
+
+
+def log_step(history: dict, step: int, loss: float, model, val_data: torch.Tensor, cfg: TrainConfig,
+             device) -> None:
+    """Record the step's training loss, and the validation loss every eval_interval steps and at the end."""
+    history["step"].append(step)
+    history["train_loss"].append(loss)
+    if (step + 1) % cfg.eval_interval == 0 or step == cfg.steps - 1:
+        history["val_step"].append(step)
+        history["val_loss"].append(evaluate(model, val_data, cfg, device))
+
+
+def should_checkpoint(step: int, stop: int, cfg: TrainConfig) -> bool:
+    """Save after this step? At the end of the schedule, where the run stops, and every checkpoint_interval."""
+    interval = cfg.checkpoint_interval and (step + 1) % cfg.checkpoint_interval == 0
+    return step == cfg.steps - 1 or step == stop - 1 or bool(interval)
 
 
 def _progress(steps, enabled: bool):
@@ -217,47 +309,149 @@ def _progress(steps, enabled: bool):
 
 # ---------------------------------------------------------------------------------- checkpoints
 
+CHECKPOINT_FILES = ("model.safetensors", "state.pt", "config.json")
+MANIFEST = "manifest.json"
+# TrainConfig fields that shape the trajectory: a resumed run must use the same ones.
+TRAJECTORY_FIELDS = ("steps", "batch_size", "context_length", "lr", "min_lr_ratio", "warmup_steps",
+                     "weight_decay", "betas", "grad_clip", "seed")
+
 
 def save_checkpoint(path: str | Path, model: Llama, optimizer, step: int, generator: torch.Generator,
-                    history: dict, cfg: TrainConfig) -> None:
-    """Write path/{model.safetensors, state.pt, config.json}, each via a temporary file and a rename,
-    and ``path`` itself as a whole: the previous checkpoint stays complete until the new one is."""
-    from safetensors.torch import save_file
+                    history: dict, cfg: TrainConfig, scaler: torch.amp.GradScaler | None = None) -> None:
+    """Write path/{model.safetensors, state.pt, config.json, manifest.json} by the protocol in the
+    module docstring: a crash at any point leaves the newest complete checkpoint findable."""
+    from safetensors.torch import save
 
     path = Path(path)
-    staging = path.with_name(path.name + ".tmp")
-    staging.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    staging = _sibling(path, ".tmp")
+    recover_checkpoint(path)                                   # 0. finish or undo an interrupted save
+    staging.mkdir(parents=True)
+    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
-        state.pop("lm_head.weight", None)                      # stored once, as the embedding
-    save_file(state, str(staging / "model.safetensors"))
+        weights.pop("lm_head.weight", None)                    # stored once, as the embedding
+    state = io.BytesIO()
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
-                "torch_rng": torch.get_rng_state(), "history": history}, staging / "state.pt")
-    (staging / "config.json").write_text(json.dumps({"model": dataclasses.asdict(model.config),
-                                                     "train": dataclasses.asdict(cfg)}, indent=1))
-    previous = path.with_name(path.name + ".old")
+                "torch_rng": torch.get_rng_state(), "history": history,
+                "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, state)
+    config = {"model": dataclasses.asdict(model.config), "train": dataclasses.asdict(cfg)}
+    files = {"model.safetensors": save(weights), "state.pt": state.getvalue(),
+             "config.json": json.dumps(config, indent=1).encode()}
+    sums = {name: _write_durably(staging / name, data) for name, data in files.items()}   # 1.
+    _write_durably(staging / MANIFEST, json.dumps({"step": step, "sha256": sums}, indent=1).encode())
+    _fsync_dir(staging)
+    _promote(path)                                             # 2.-4.
+
+
+def _promote(path: Path) -> None:
+    """Steps 2-4: the complete staging folder replaces ``path``; the previous one is deleted last."""
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
     if path.exists():
-        os.replace(path, previous)                             # keep it until the new one is in place
+        if previous.exists():
+            shutil.rmtree(previous)                            # stale: ``path`` is newer
+        os.replace(path, previous)
+        _fsync_dir(path.parent)
     os.replace(staging, path)
+    _fsync_dir(path.parent)
     if previous.exists():
-        for child in previous.iterdir():
-            child.unlink()
-        previous.rmdir()
+        shutil.rmtree(previous)
 
 
-def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: torch.Generator | None = None):
-    """Load weights (and optimizer / RNG state when given) saved by save_checkpoint; returns (step, history).
-    A checkpoint of another model shape raises ValueError naming the differing fields."""
-    from safetensors.torch import load_file
+def recover_checkpoint(path: str | Path) -> None:
+    """Finish a save that crashed after writing its staging folder, or delete what it left behind."""
+    path = Path(path)
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
+    if staging.exists() and checkpoint_problem(staging) is None:
+        _promote(path)                                         # the crash came after step 1: it is the newest
+        return
+    if staging.exists():
+        shutil.rmtree(staging)                                 # a partial write
+    if previous.exists() and not path.exists() and checkpoint_problem(previous) is None:
+        os.replace(previous, path)                             # only reachable by hand-made states
+        _fsync_dir(path.parent)
+    elif previous.exists():
+        shutil.rmtree(previous)
+
+
+def find_checkpoint(path: str | Path) -> Path | None:
+    """The newest complete checkpoint at ``path`` (read only): a finished staging folder, else
+    ``path`` itself, else a complete ``path.old``; None if there is none."""
+    path = Path(path)
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
+    if staging.is_dir() and checkpoint_problem(staging) is None:
+        return staging
+    if path.is_dir():
+        return path
+    if previous.is_dir() and checkpoint_problem(previous) is None:
+        return previous
+    return None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the checkpoint folder ``path`` is not complete and intact, or None if it is."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        sums, step = manifest["sha256"], manifest["step"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{path / MANIFEST} is missing or malformed ({type(err).__name__}: {err})"
+    if not isinstance(sums, dict) or sorted(sums) != sorted(CHECKPOINT_FILES) or not isinstance(step, int):
+        return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(CHECKPOINT_FILES)}"
+    for name, digest in sums.items():
+        try:
+            actual = hashlib.sha256((path / name).read_bytes()).hexdigest()
+        except OSError as err:
+            return f"{path / name} cannot be read ({err})"
+        if actual != digest:
+            return f"{path / name} is corrupted: its SHA-256 is not the one in {MANIFEST}"
+    return None
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _write_durably(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new file and fsync it (on disk, not only in the OS cache); returns its SHA-256."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (new files, renames) durable. POSIX only; a no-op elsewhere."""
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resume_checkpoint(path: str | Path, model: Llama, optimizer, generator: torch.Generator, cfg: TrainConfig,
+                      scaler: torch.amp.GradScaler | None = None):
+    """load_checkpoint from the newest complete checkpoint at ``path``; FileNotFoundError if there is none."""
+    found = find_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"nothing to resume: {path} holds no complete checkpoint")
+    return load_checkpoint(found, model, optimizer, generator, cfg, scaler)
+
+
+def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: torch.Generator | None = None,
+                    cfg: TrainConfig | None = None, scaler: torch.amp.GradScaler | None = None):
+    """Load weights (and optimizer / RNG / scaler state when given) saved by save_checkpoint; returns
+    (step, history). Every file's SHA-256 is checked; a checkpoint of another model shape (or, with
+    ``cfg``, another schedule) raises ValueError naming the differing fields."""
+    from safetensors.torch import load
 
     path = Path(path)
-    saved = json.loads((path / "config.json").read_text())["model"]
-    ours = dataclasses.asdict(model.config)
-    differing = {k: (saved.get(k), v) for k, v in ours.items() if saved.get(k) != v and k != "rope_scaling"}
-    if differing:
-        raise ValueError("the checkpoint was made for another model: " +
-                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differing.items()))
-    weights = load_file(str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"cannot load the checkpoint {path}: {problem}")
+    saved = json.loads((path / "config.json").read_text())
+    check_same_config(path, saved, model.config, cfg)
+    weights = load((path / "model.safetensors").read_bytes())
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [m for m in missing if not (m == "lm_head.weight" and model.config.tie_embeddings)]
     if missing or unexpected:
@@ -267,8 +461,24 @@ def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: t
         optimizer.load_state_dict(state["optimizer"])
     if generator is not None:
         generator.set_state(state["generator"])
+    if scaler is not None and scaler.is_enabled() and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["torch_rng"])
     return state["step"], state["history"]
+
+
+def check_same_config(path: Path, saved: dict, config: LlamaConfig, cfg: TrainConfig | None = None) -> None:
+    """ValueError naming every field where the checkpoint's config.json differs from the run's."""
+    ours = json.loads(json.dumps(dataclasses.asdict(config)))          # as JSON stores it (tuples -> lists)
+    differing = [(f"{k}", saved["model"].get(k, "(absent)"), v) for k, v in ours.items()
+                 if saved["model"].get(k, "(absent)") != v]
+    if cfg is not None:
+        train_cfg = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        differing += [(f"train.{k}", saved["train"].get(k, "(absent)"), train_cfg[k]) for k in TRAJECTORY_FIELDS
+                      if saved["train"].get(k, "(absent)") != train_cfg[k]]
+    if differing:
+        raise ValueError(f"the checkpoint {path} was made for another model or run: " +
+                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, a, b in differing))
 
 
 # ------------------------------------------------------------------------------- command line
@@ -286,39 +496,76 @@ def main(argv: list[str] | None = None) -> int:
     from .tokenizer import train_bpe
     from .utils import get_device, seed_everything
 
-    parser = argparse.ArgumentParser(prog="python -m llama_course.train", description="Train a tiny LLaMA "
-                                     "on the course corpus.")
-    parser.add_argument("--config", choices=sorted(MODEL_CONFIGS), default="tiny")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=Path("runs/tiny"))
-    parser.add_argument("--vocab-size", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--context-length", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
+                          lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
+                          eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval)
+        _check_out(args.out)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))                                 # exits with status 2, before any file is written
     seed_everything(args.seed)
     device = get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
+    config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
+    if args.resume:                                            # validate first, write after
+        found = find_checkpoint(args.out / "checkpoint")
+        if found is None:
+            parser.error(f"--resume: nothing to resume, {args.out / 'checkpoint'} holds no complete checkpoint")
+        try:
+            check_same_config(found, json.loads((found / "config.json").read_text()), config, cfg)
+        except ValueError as err:
+            parser.error(f"--resume with other options than the run in {args.out}: {err}")
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(args.out / "tokenizer.json")
     text = shuffle_documents(course_corpus(), args.seed)  # validation: a tenth of every kind of text
     train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
-    config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     model = Llama(config, device=device)
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
-                      lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile)
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
           f"{len(train_data):,} training tokens")
-    history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device)
+    try:
+        history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device)
+    except FloatingPointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
     prompt = torch.tensor([tokenizer.encode("Title: The")], device=device)
     sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,
                       generator=torch.Generator(device=device).manual_seed(args.seed))
     print(tokenizer.decode(sample[0].tolist()))
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llama_course.train", description="Train a tiny LLaMA "
+                                     "on the course corpus.")
+    parser.add_argument("--config", choices=sorted(MODEL_CONFIGS), default="tiny")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", type=_out_folder, default=Path("runs/tiny"), help="the run's folder")
+    parser.add_argument("--vocab-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--context-length", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval-interval", type=int, default=50, help="validation loss every N steps")
+    parser.add_argument("--checkpoint-interval", type=int, default=0,
+                        help="save OUT/checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _out_folder(text: str) -> Path:
+    if not text.strip():                                       # Path("") is the current folder
+        raise argparse.ArgumentTypeError("must name a folder for the run, got an empty string")
+    return Path(text)
+
+
+def _check_out(out: Path) -> None:
+    """ValueError for an --out that exists and is not a folder."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
 
 
 if __name__ == "__main__":
