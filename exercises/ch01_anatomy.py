@@ -46,3 +46,4 @@ def count_parameters(config: LlamaConfig) -> dict:
     LLaMA has no biases. Use config.head_dim and config.d_ff.
     """
     raise NotImplementedError('Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters"): not implemented yet')
+# generated stub, sha256 c3664aa2de976fce16c12282199858ab264abfa7e400481ad193250fac9ccacc

@@ -61,3 +61,4 @@ def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
     (None means causal), merge, and apply w_o. Returns (B, T, D).
     """
     raise NotImplementedError('Exercise 4.6 multi_head_attention (Chapter 4, section 4.6 "Multi-head attention"): not implemented yet')
+# generated stub, sha256 0b5b1286297a1aa70a90408232a9e124ef107a0b4048b42bdb4e902faf457e9d

@@ -49,3 +49,4 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     Within each head the rows (0, 1, 2, 3, ..., d-2, d-1) become (0, 2, 4, ..., d-2, 1, 3, ..., d-1).
     """
     raise NotImplementedError('Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
+# generated stub, sha256 98e9b2504f8c11bb387f0a717b68d6772dff54a647126d8aa1a0361811c6bfa7

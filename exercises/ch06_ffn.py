@@ -24,3 +24,4 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: to
     x (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff). No biases.
     """
     raise NotImplementedError('Exercise 6.2 swiglu (Chapter 6, section 6.4 "SwiGLU"): not implemented yet')
+# generated stub, sha256 cb013280144b771b93784d3373639709922837a7638af8898a793600c2ce44cf

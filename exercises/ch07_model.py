@@ -52,3 +52,4 @@ def hf_to_course_names(state_dict: dict) -> dict:
     ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
     """
     raise NotImplementedError('Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints"): not implemented yet')
+# generated stub, sha256 1f53413da2b5dd7549b944461c114c7c4ec1fcbd70b82cd2b247e43decb5584e

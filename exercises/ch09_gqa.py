@@ -45,3 +45,4 @@ def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
     and every other entry is unchanged.
     """
     raise NotImplementedError('Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA"): not implemented yet')
+# generated stub, sha256 768b1035e1067b77cfdddc1b6dcef56eed6f1a8756784760d3e3ff9a5b025376

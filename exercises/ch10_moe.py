@@ -33,3 +33,4 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int) -> torch.Tens
     all tokens pooled):  E * sum_e f_e * P_e, where f_e = (top-k assignments to expert e) / N
     (so sum_e f_e = k) and P_e = the mean softmax probability of expert e."""
     raise NotImplementedError('Exercise 10.3 load_balancing_loss (Chapter 10, section 10.5 "Load balancing"): not implemented yet')
+# generated stub, sha256 2c1d239a7b1316a2d706c47ae500f2e9dce8f81e757f33b70ddb92b53b295d32
