@@ -22,7 +22,10 @@ def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: flo
 
     Examples: ffn_hidden_dim(4096) == 11008; ffn_hidden_dim(8192, 4096, 1.3) == 28672.
     """
-    raise NotImplementedError('Exercise 1.1 ffn_hidden_dim (Chapter 1, section 1.5 "Anatomy of LLaMA-2 7B"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 1.1 ffn_hidden_dim (Chapter 1, section 1.5 "Anatomy of LLaMA-2 7B")'
+        ': not implemented yet'
+    )
 
 
 def count_parameters(config: LlamaConfig) -> dict:
@@ -45,5 +48,8 @@ def count_parameters(config: LlamaConfig) -> dict:
 
     LLaMA has no biases. Use config.head_dim and config.d_ff.
     """
-    raise NotImplementedError('Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters"): not implemented yet')
-# generated stub, sha256 c3664aa2de976fce16c12282199858ab264abfa7e400481ad193250fac9ccacc
+    raise NotImplementedError(
+        'Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 ade551bd2a16070ed2a0d0c3f6aae060567644dae50c9e2e60fa24344349639e

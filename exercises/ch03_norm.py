@@ -19,7 +19,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     As LLaMA does it: compute in float32, cast the normalized x back to x's dtype, THEN multiply
     by the weight. x (..., d), weight (d,).
     """
-    raise NotImplementedError('Exercise 3.1 rms_norm (Chapter 3, section 3.2 "LayerNorm and RMSNorm"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 3.1 rms_norm (Chapter 3, section 3.2 "LayerNorm and RMSNorm")'
+        ': not implemented yet'
+    )
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor = None, eps: float = 1e-5) -> torch.Tensor:
@@ -27,7 +30,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor = None,
 
     var is the population variance (divide by d, not d - 1). Compute in float32, return x's dtype.
     """
-    raise NotImplementedError('Exercise 3.2 layer_norm (Chapter 3, section 3.2 "LayerNorm and RMSNorm"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 3.2 layer_norm (Chapter 3, section 3.2 "LayerNorm and RMSNorm")'
+        ': not implemented yet'
+    )
 
 
 def pre_norm_residual(x: torch.Tensor, sublayer, norm_weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -35,5 +41,8 @@ def pre_norm_residual(x: torch.Tensor, sublayer, norm_weight: torch.Tensor, eps:
 
     ``sublayer`` is any callable (..., d) -> (..., d), e.g. attention or the FFN. Use your rms_norm.
     """
-    raise NotImplementedError('Exercise 3.3 pre_norm_residual (Chapter 3, section 3.3 "Pre-Norm and Post-Norm"): not implemented yet')
-# generated stub, sha256 cf531ea92191bd03b052b0886c2c3a136b2d50efcea7fcc0d2feb8238e9f8c25
+    raise NotImplementedError(
+        'Exercise 3.3 pre_norm_residual (Chapter 3, section 3.3 "Pre-Norm and Post-Norm")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 85e7966b974e188dc37a1aaf12d1b54917e6af1fea6c58a41535d43eed65f61e

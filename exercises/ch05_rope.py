@@ -20,7 +20,10 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
 
     rope_inv_freq(8) == [1, 0.1, 0.01, 0.001]
     """
-    raise NotImplementedError('Exercise 5.1 rope_inv_freq (Chapter 5, section 5.4 "Frequencies: fast to slow"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 5.1 rope_inv_freq (Chapter 5, section 5.4 "Frequencies: fast to slow")'
+        ': not implemented yet'
+    )
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
@@ -38,8 +41,14 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
         cos, sin = cos[:, None], sin[:, None]                # (batch, 1, seq, d/2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
-        raise NotImplementedError('Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features"): not implemented yet')
-    raise NotImplementedError('Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
+        raise NotImplementedError(
+            'Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features")'
+            ': not implemented yet'
+        )
+    raise NotImplementedError(
+        'Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts")'
+        ': not implemented yet'
+    )
 
 
 def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -48,5 +57,8 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
     Within each head the rows (0, 1, 2, 3, ..., d-2, d-1) become (0, 2, 4, ..., d-2, 1, 3, ..., d-1).
     """
-    raise NotImplementedError('Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
-# generated stub, sha256 98e9b2504f8c11bb387f0a717b68d6772dff54a647126d8aa1a0361811c6bfa7
+    raise NotImplementedError(
+        'Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 cb758cb72b569a2de60c63ee5c3f37db1e98fc40a1f94e09542eff1365e12376

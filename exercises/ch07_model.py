@@ -40,7 +40,10 @@ def llama_forward(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig
     """Logits (B, T, vocab) of a whole model from a Hugging Face state dict ("model.embed_tokens.weight",
     "model.layers.{i}.<name>", "model.norm.weight", "lm_head.weight" -- absent when the head is tied
     to the embedding). Positions are 0 .. T-1."""
-    raise NotImplementedError('Exercise 7.2 llama_forward (Chapter 7, section 7.2 "The whole model"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 7.2 llama_forward (Chapter 7, section 7.2 "The whole model")'
+        ': not implemented yet'
+    )
 
 
 def hf_to_course_names(state_dict: dict) -> dict:
@@ -51,5 +54,8 @@ def hf_to_course_names(state_dict: dict) -> dict:
     "lm_head.weight" stays), and drops the RoPE buffers some checkpoints carry
     ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
     """
-    raise NotImplementedError('Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints"): not implemented yet')
-# generated stub, sha256 1f53413da2b5dd7549b944461c114c7c4ec1fcbd70b82cd2b247e43decb5584e
+    raise NotImplementedError(
+        'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 72759414d8ccd74c0b36ca78476fb915414eb15d854e43f43ac07c49702c50ae

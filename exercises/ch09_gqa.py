@@ -32,7 +32,10 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     Do not call repeat_kv, repeat_interleave or .repeat( on k or v. (Broadcasting k as
     (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
-    raise NotImplementedError('Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies")'
+        ': not implemented yet'
+    )
 
 
 def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
@@ -44,5 +47,8 @@ def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
     (n_kv_heads * head_dim, d) -- KV head j is the mean of old heads j*n_rep .. (j+1)*n_rep - 1 --
     and every other entry is unchanged.
     """
-    raise NotImplementedError('Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA"): not implemented yet')
-# generated stub, sha256 768b1035e1067b77cfdddc1b6dcef56eed6f1a8756784760d3e3ff9a5b025376
+    raise NotImplementedError(
+        'Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 9da6377a01d7d2443693b393cea3c7d2d69575c68a404c3eb6b01e00719aba1c

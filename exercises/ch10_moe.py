@@ -25,12 +25,18 @@ def moe_forward(x: torch.Tensor, gate_weight: torch.Tensor, experts: list, top_k
     (w_gate, w_up, w_down) of SwiGLU weights. Route with route_topk (normalised), then run each
     expert ONCE on the tokens routed to it (no Python loop over tokens), multiply by the routing
     weights and add the results back (index_add_). Return (N, d)."""
-    raise NotImplementedError('Exercise 10.2 moe_forward (Chapter 10, section 10.3 "Dispatch and combine"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 10.2 moe_forward (Chapter 10, section 10.3 "Dispatch and combine")'
+        ': not implemented yet'
+    )
 
 
 def load_balancing_loss(router_logits, n_experts: int, top_k: int) -> torch.Tensor:
     """The Switch/Mixtral auxiliary loss over one (N, E) tensor or a tuple of them (one per layer,
     all tokens pooled):  E * sum_e f_e * P_e, where f_e = (top-k assignments to expert e) / N
     (so sum_e f_e = k) and P_e = the mean softmax probability of expert e."""
-    raise NotImplementedError('Exercise 10.3 load_balancing_loss (Chapter 10, section 10.5 "Load balancing"): not implemented yet')
-# generated stub, sha256 2c1d239a7b1316a2d706c47ae500f2e9dce8f81e757f33b70ddb92b53b295d32
+    raise NotImplementedError(
+        'Exercise 10.3 load_balancing_loss (Chapter 10, section 10.5 "Load balancing")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 f575e72612c50d7543fa75181bbd5115bbba63f8c39591f9433c656afd03cb09

@@ -47,7 +47,7 @@ def make_stub(source: str, name: str = "<solution>") -> str:
             if not label:
                 raise ValueError(f"{name}:{lineno}: BEGIN SOLUTION needs a label naming the exercise "
                                  f"and its book section")
-            out.append(f"{indent}raise NotImplementedError({label + ': ' + NOT_IMPLEMENTED!r})\n")
+            out.append(_raise(indent, label))
         elif end:
             if label is None:
                 raise ValueError(f"{name}:{lineno}: END SOLUTION without BEGIN SOLUTION")
@@ -57,6 +57,23 @@ def make_stub(source: str, name: str = "<solution>") -> str:
     if label is not None:
         raise ValueError(f"{name}: BEGIN SOLUTION {label!r} is never closed")
     return _sign(HEADER.format(name=name) + "".join(out))
+
+
+def _raise(indent: str, label: str, width: int = 120) -> str:
+    """``raise NotImplementedError("<label>: not implemented yet")``, wrapped to the line width."""
+    line = f"{indent}raise NotImplementedError({label + ': ' + NOT_IMPLEMENTED!r})\n"
+    if len(line) <= width + 1:
+        return line
+    pieces, words = [], label.split(" ")
+    room = width - len(indent) - 4 - 3  # four spaces, two quotes and a spare
+    for word in words:
+        if pieces and len(pieces[-1]) + 1 + len(word) <= room:
+            pieces[-1] += " " + word
+        else:
+            pieces.append(word if not pieces else " " + word)
+    pieces.append(": " + NOT_IMPLEMENTED)
+    body = "".join(f"{indent}    {piece!r}\n" for piece in pieces)
+    return f"{indent}raise NotImplementedError(\n{body}{indent})\n"
 
 
 def _sign(text: str) -> str:
