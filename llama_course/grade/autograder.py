@@ -116,21 +116,21 @@ def test_files(folder: Path, chapters: list[int]) -> list[Path]:
     return [p for p in files if chapter_of(p) is None or not chapters or chapter_of(p) in chapters]
 
 
-def graded_chapters() -> list[int]:
-    return sorted({chapter_of(p) for p in (REPO / "tests" / "graded").glob("test_ch*.py")} - {None})
+def graded_chapters(repo: Path = REPO) -> list[int]:
+    return sorted({chapter_of(p) for p in (repo / "tests" / "graded").glob("test_ch*.py")} - {None})
 
 
-def build(out: Path, chapters: list[int] | None = None) -> Path:
+def build(out: Path, chapters: list[int] | None = None, repo: Path = REPO) -> Path:
     """Write the autograder zip for these chapters (all when empty); returns its path."""
     chapters = sorted(set(chapters or []))
-    unknown = sorted(set(chapters) - set(graded_chapters()))
+    unknown = sorted(set(chapters) - set(graded_chapters(repo)))
     if unknown:
         raise ValueError(f"chapters: no graded tests for chapter(s) {unknown} in tests/graded")
-    files = [REPO / "pyproject.toml", REPO / "README.md", REPO / REQUIREMENTS, REPO / "tools" / "install_torch.sh",
-             REPO / "tests" / "conftest.py"]
-    files += sorted(p for p in (REPO / "llama_course").rglob("*")
+    files = [repo / "pyproject.toml", repo / "README.md", repo / REQUIREMENTS, repo / "tools" / "install_torch.sh",
+             repo / "tests" / "conftest.py"]
+    files += sorted(p for p in (repo / "llama_course").rglob("*")
                     if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
-    files += test_files(REPO / "tests" / "graded", chapters) + test_files(REPO / "tests" / "hidden", chapters)
+    files += test_files(repo / "tests" / "graded", chapters) + test_files(repo / "tests" / "hidden", chapters)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         scripts = (("setup.sh", SETUP_SH.format(floor=GRADING_PYTHON_FLOOR)), ("run_autograder", RUN_AUTOGRADER))
@@ -139,7 +139,7 @@ def build(out: Path, chapters: list[int] | None = None) -> Path:
             info.external_attr = 0o100755 << 16  # executable
             archive.writestr(info, text)
         for path in files:
-            archive.write(path, path.relative_to(REPO).as_posix())
+            archive.write(path, path.relative_to(repo).as_posix())
     return out
 
 
