@@ -63,9 +63,25 @@ def install_cell(extras: str) -> str:
     return CELL.format(url=url, branch=branch, extras=extras)
 
 
+CLONE = re.compile(r"^!git clone --depth 1 --branch \S+ \S+ course$", re.M)
+
+
+def clone_line() -> str:
+    """The line of book/labs.md that clones the repository on Colab to grade there."""
+    url, branch = repository()
+    return f"!git clone --depth 1 --branch {branch} {url} course"
+
+
 def sync(check: bool = False) -> list[Path]:
-    """Rewrite (or, with check, only list) the notebooks whose install cell is not the current one."""
+    """Rewrite (or, with check, only list) the notebooks whose install cell is not the current one,
+    and book/labs.md if its clone line names another repository."""
     changed = []
+    labs = REPO / "book" / "labs.md"
+    text = labs.read_text(encoding="utf-8")
+    if CLONE.search(text) and CLONE.sub(clone_line(), text) != text:
+        changed.append(labs)
+        if not check:
+            labs.write_text(CLONE.sub(clone_line(), text), encoding="utf-8")
     for path in notebooks():
         text = path.read_text(encoding="utf-8")
         notebook = json.loads(text)
