@@ -70,8 +70,9 @@ def test_zip_holds_one_assignment_and_no_answers(tmp_path):
 def test_zip_includes_the_hidden_tests_of_its_chapters_only(tmp_path):
     """Hidden tests travel with the assignment they belong to (a fake tree with tests/hidden)."""
     repo = tmp_path / "repo"
-    for entry in ("pyproject.toml", "README.md", "requirements-grade.txt", "tools/install_torch.sh", "tests/conftest.py",
-                  "tests/graded/test_ch04_attention.py", "tests/graded/test_ch05_rope.py", "llama_course/__init__.py"):
+    for entry in ("pyproject.toml", "README.md", "requirements-grade.txt", "tools/install_torch.sh",
+                  "tests/conftest.py", "tests/graded/test_ch04_attention.py", "tests/graded/test_ch05_rope.py",
+                  "llama_course/__init__.py"):
         (repo / entry).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / entry, repo / entry)
     (repo / "tests" / "hidden").mkdir()

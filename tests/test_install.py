@@ -139,8 +139,8 @@ def test_torch_is_installed_in_one_place():
     script = REPO / "tools" / "install_torch.sh"
     assert re.search(r"^TORCH_VERSION=\d", script.read_text(), re.M)
     from llama_course.grade.autograder import SETUP_SH
-    users = {"Makefile": (REPO / "Makefile").read_text(), "binder/postBuild": (REPO / "binder" / "postBuild").read_text(),
-             "setup.sh": SETUP_SH}
+    users = {"Makefile": (REPO / "Makefile").read_text(), "setup.sh": SETUP_SH,
+             "binder/postBuild": (REPO / "binder" / "postBuild").read_text()}
     others = {p.relative_to(REPO).as_posix(): p.read_text() for p in
               [*(REPO / ".github" / "workflows").glob("*.yml"), REPO / ".ci" / "run", *(REPO / "binder").iterdir()]}
     for name, text in {**users, **others}.items():

@@ -10,6 +10,8 @@ import pytest
 from llama_course.grade.stubs import NOT_IMPLEMENTED, exercise_labels, is_untouched_stub, main, make_stub, stale_stubs
 
 REPO = Path(__file__).resolve().parents[1]
+SOLUTION = ('def f(x):\n    """Doc."""\n    # BEGIN SOLUTION Exercise 9.9 f (Chapter 9, section 9.1 "X")\n'
+            '    return x\n    # END SOLUTION\n')
 
 
 def test_exercises_are_in_sync_with_solutions():
@@ -25,8 +27,8 @@ def test_every_solution_block_becomes_a_stub_that_parses():
         labels = exercise_labels((REPO / "solutions" / path.name).read_text())
         assert labels and text.count(NOT_IMPLEMENTED) == len(labels)
         for label in labels:  # each names the exercise and its book section
-            assert re.match(r"(Exercise \d+\.\d+|Homework \d+\.[A-Z]) \w[\w. ]* \(Chapter \d+, section \d+\.\d+ \"[^\"]+\"\)$",
-                            label), label
+            pattern = r"(Exercise \d+\.\d+|Homework \d+\.[A-Z]) \w[\w. ]* \(Chapter \d+, section \d+\.\d+ \"[^\"]+\"\)$"
+            assert re.match(pattern, label), label
 
 
 def test_every_exercise_has_graded_tests_and_vice_versa():
@@ -42,8 +44,7 @@ def test_every_exercise_has_graded_tests_and_vice_versa():
 
 
 def test_make_stub_keeps_the_rest_and_rejects_bad_markers():
-    source = 'def f(x):\n    """Doc."""\n    # BEGIN SOLUTION Exercise 9.9 f (Chapter 9, section 9.1 "X")\n    return x\n    # END SOLUTION\n'
-    stub = make_stub(source, "ch09_x.py")
+    stub = make_stub(SOLUTION, "ch09_x.py")
     namespace = {}
     exec(stub, namespace)
     with pytest.raises(NotImplementedError, match=r"Exercise 9\.9 f .*not implemented yet"):
@@ -57,7 +58,6 @@ def test_make_stub_keeps_the_rest_and_rejects_bad_markers():
         make_stub("# BEGIN SOLUTION\n# END SOLUTION\n")
 
 
-SOLUTION = 'def f(x):\n    """Doc."""\n    # BEGIN SOLUTION Exercise 9.9 f (Chapter 9, section 9.1 "X")\n    return x\n    # END SOLUTION\n'
 
 
 def make_tree(tmp_path, solution=SOLUTION):
@@ -103,8 +103,7 @@ def test_untouched_stubs_follow_the_key(tmp_path):
     stub.write_text(stub.read_text().split("# generated stub, sha256")[0])  # the unsigned (older) format
     assert main([str(tmp_path / "solutions"), str(tmp_path / "exercises")]) == 1  # unsigned but stale: kept
     assert main([str(tmp_path / "solutions"), str(tmp_path / "exercises"), "--force"]) == 0
-    make_tree_again = tmp_path / "solutions" / "ch09_x.py"
-    make_tree_again.write_text(SOLUTION)  # back to the first key: the signed stub is regenerated silently
+    (tmp_path / "solutions" / "ch09_x.py").write_text(SOLUTION)  # back to the first key: regenerated silently
     assert main([str(tmp_path / "solutions"), str(tmp_path / "exercises")]) == 0
     assert "New doc." not in stub.read_text() and not (tmp_path / "exercises" / "ch08_old.py").exists()
 
