@@ -32,7 +32,8 @@ def assignment_points(chapter: int, repo: Path = REPO) -> float:
                 if isinstance(node, ast.FunctionDef):
                     for decorator in node.decorator_list:
                         if isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "graded":
-                            points = {k.arg: k.value for k in decorator.keywords}.get("points")
+                            given = {k.arg: k.value for k in decorator.keywords}
+                            points = given.get("points", decorator.args[1] if len(decorator.args) > 1 else None)
                             total += ast.literal_eval(points) if points is not None else 1
     return total
 

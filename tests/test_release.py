@@ -125,8 +125,9 @@ def homework_blocks(solutions: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def leaks(release: Path, blocks) -> list[str]:
-    """Where the release holds a homework answer: a non-trivial line of an answer, or a definition
-    of a homework function outside exercises/."""
+    """Where the release holds a homework answer: a file with three of the answer's distinctive
+    lines (all of them when it has fewer; one common line such as a softmax can legitimately
+    appear in the package), or a definition of a homework function outside exercises/."""
     found = []
     texts = {p.relative_to(release).as_posix(): p.read_text(encoding="utf-8", errors="replace")
              for p in release.rglob("*") if p.is_file() and p.suffix in (".py", ".ipynb", ".md", ".txt", ".toml")}
@@ -134,9 +135,9 @@ def leaks(release: Path, blocks) -> list[str]:
         distinctive = [line.strip() for line in answer
                        if len(line.strip()) >= 20 and not line.strip().startswith(("#", '"""', "return ", "raise "))]
         for path, text in texts.items():
-            for line in distinctive:
-                if line in text:
-                    found.append(f"{path}: a line of {label}: {line}")
+            present = [line for line in distinctive if line in text]
+            if present and len(present) >= min(3, len(distinctive)):
+                found.append(f"{path}: {len(present)} lines of {label}: {present[0]}")
             if re.search(rf"^\s*def {re.escape(name)}\(", text, re.M) and not path.startswith("exercises/"):
                 found.append(f"{path}: defines {name} ({label})")
     return found
@@ -236,6 +237,6 @@ def test_the_release_checks_pass_a_clean_tree_and_catch_a_leak(fake_instructor_t
         "def interleave(a, b):\n    woven_together_result = [item for pair in zip(a, b) for item in pair]\n"
         "    return woven_together_result\n")
     problems = check_release(repo, tmp_path / "leaky")
-    assert any("llama_course/weave.py: a line of Homework 99.A" in p for p in problems), problems
+    assert any("llama_course/weave.py: 1 lines of Homework 99.A" in p for p in problems), problems
     assert any("llama_course/weave.py: defines interleave" in p for p in problems), problems
     assert any("points to the release's package" in p for p in problems), problems
