@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch01_anatomy.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch01_anatomy.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 1 exercises: the shapes of a LLaMA model, by hand.
 
 Read Chapter 1 ("A decoder-only Transformer, from the top") first. Both functions are pure
@@ -52,4 +52,4 @@ def count_parameters(config: LlamaConfig) -> dict:
         'Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters")'
         ': not implemented yet'
     )
-# generated stub, sha256 ade551bd2a16070ed2a0d0c3f6aae060567644dae50c9e2e60fa24344349639e
+# generated stub, sha256 a56b4d1db606824110473ae938f2b0ba7dc01d1706e96259780e68b7b793973b

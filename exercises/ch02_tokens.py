@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch02_tokens.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch02_tokens.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 2 exercises: a byte-level BPE tokenizer, embeddings and the next-token loss.
 
 Read Chapter 2 ("Tokens") first. Check yourself with
@@ -95,4 +95,4 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
     row maximum) in float32 and return a scalar.
     """
     raise NotImplementedError('Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss"): not implemented yet')
-# generated stub, sha256 54fdb29ecdafdb5309d6ace87f1a48566181f4b44a56e776622617bac4af2c19
+# generated stub, sha256 27800fcd28b60245613a49dae2cdfc29201d481d2411ae1e49e4edaeb0f78bfc

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch03_norm.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch03_norm.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 3 exercises: RMSNorm, LayerNorm and the Pre-Norm residual step.
 
 Read Chapter 3 ("RMSNorm, residuals and Pre-Norm") first. Check yourself with
@@ -45,4 +45,4 @@ def pre_norm_residual(x: torch.Tensor, sublayer, norm_weight: torch.Tensor, eps:
         'Exercise 3.3 pre_norm_residual (Chapter 3, section 3.3 "Pre-Norm and Post-Norm")'
         ': not implemented yet'
     )
-# generated stub, sha256 85e7966b974e188dc37a1aaf12d1b54917e6af1fea6c58a41535d43eed65f61e
+# generated stub, sha256 9b251834351af923a808540814db89b8f5c3885fbc2409d04f077b5fa9188e92

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch04_attention.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch04_attention.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 4 exercises: softmax, masks, scaled dot-product attention and multi-head attention.
 
 Read Chapter 4 ("Attention") first. Check yourself with
@@ -76,4 +76,4 @@ def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
         'Exercise 4.6 multi_head_attention (Chapter 4, section 4.6 "Multi-head attention")'
         ': not implemented yet'
     )
-# generated stub, sha256 121751e68c0b21b244e8aa7367925813b850e246917d73885f020c3cd92b628b
+# generated stub, sha256 b6bf45d48cb6c65c6c8e3156ca2a64622eacdc624a12230b951c024fbf90781a

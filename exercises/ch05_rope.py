@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch05_rope.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch05_rope.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 5 exercises: rotary position embeddings.
 
 Read Chapter 5 ("RoPE") first. Check yourself with
@@ -61,4 +61,4 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
         'Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")'
         ': not implemented yet'
     )
-# generated stub, sha256 cb758cb72b569a2de60c63ee5c3f37db1e98fc40a1f94e09542eff1365e12376
+# generated stub, sha256 1b1e7f2b465371793ba02126f8df5bf5342327a4a65d6d1930908c05985d4219

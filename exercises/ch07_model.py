@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch07_model.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch07_model.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 7 exercises: the LLaMA block, the whole model, and the checkpoint name map.
 
 Read Chapter 7 ("The LLaMA block and the whole model") first. Check yourself with
@@ -58,4 +58,4 @@ def hf_to_course_names(state_dict: dict) -> dict:
         'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")'
         ': not implemented yet'
     )
-# generated stub, sha256 72759414d8ccd74c0b36ca78476fb915414eb15d854e43f43ac07c49702c50ae
+# generated stub, sha256 bc9bfae504a633e0255c734ca649eb70ea7b3046936de77d4a1e671dbf64b333

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch08_decode.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch08_decode.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 8 exercises: the KV cache, a decode step, greedy generation, nucleus sampling, and the
 size of the cache.
 
@@ -79,4 +79,4 @@ def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, b
         'Exercise 8.5 kv_cache_bytes (Chapter 8, section 8.5 "What decode costs")'
         ': not implemented yet'
     )
-# generated stub, sha256 811080a1b57550c0023fae85ee67b63b7eb127c91926756a11568d3e229abac3
+# generated stub, sha256 deef443e2ab6a151ef9115b3e3b8fb0576e93bda949f13a43068bdfdb4fb9892

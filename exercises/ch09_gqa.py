@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch09_gqa.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch09_gqa.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 9 exercises: grouped-query attention.
 
 Read Chapter 9 ("GQA and MQA") first. Check yourself with
@@ -51,4 +51,4 @@ def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
         'Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA")'
         ': not implemented yet'
     )
-# generated stub, sha256 9da6377a01d7d2443693b393cea3c7d2d69575c68a404c3eb6b01e00719aba1c
+# generated stub, sha256 683771023cc1e10e047feb3d850553c84730b3729db9b95173bae0fba2222e64

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch10_moe.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch10_moe.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 10 exercises: routing, dispatching and balancing a mixture of experts.
 
 Read Chapter 10 ("Mixture of Experts") first. Check yourself with
@@ -39,4 +39,4 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int) -> torch.Tens
         'Exercise 10.3 load_balancing_loss (Chapter 10, section 10.5 "Load balancing")'
         ': not implemented yet'
     )
-# generated stub, sha256 f575e72612c50d7543fa75181bbd5115bbba63f8c39591f9433c656afd03cb09
+# generated stub, sha256 639988143ead2d641f47d238fd87f008974a7e0969822b180869ee39ef53c719

@@ -30,9 +30,9 @@ BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\b(?P<label>.*)$")
 END = re.compile(r"^[ \t]*# END SOLUTION\s*$")
 NOT_IMPLEMENTED = "not implemented yet"
 DIGEST = re.compile(r"\n# generated stub, sha256 ([0-9a-f]{64})\n\Z")
-HEADER = ("# Student stub generated from solutions/{name} by `make exercises` (which overwrites it).\n"
-          "# Replace each `raise NotImplementedError(...)` with your code, then run:\n"
-          "#     python -m llama_course.grade exercises/\n")
+HEADER = ("# Exercise stub, generated from the course's key (solutions/{name}). This file is yours:\n"
+          "# replace each `raise NotImplementedError(...)` with your code, then grade it with\n"
+          "#     python -m llama_course.grade exercises/        (or: make grade)\n")
 
 
 def make_stub(source: str, name: str = "<solution>") -> str:
