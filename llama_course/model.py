@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import Attention, _check_backend, causal_mask, padding_mask
+from .attention import _check_backend, causal_mask, padding_mask
 from .config import LlamaConfig
 from .embedding import first_out_of_range
-from .ffn import SwiGLU
 from .linear import Linear
 from .moe import MoE
 from .norm import RMSNorm
 from .rope import RotaryEmbedding
+from .variants import make_attention, make_ffn
 
 INIT_STD = 0.02
 
@@ -30,16 +30,15 @@ INIT_STD = 0.02
 class LlamaBlock(nn.Module):
     """One Transformer block: two Pre-Norm residual steps."""
 
-    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None):
+    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None,
+                 layer_idx: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        self.self_attn = Attention(config, position_hook=rotary, device=device, dtype=dtype)
+        # Attention (GQA, Ch. 9), or Ch. 12's sliding-window / latent attention; SwiGLU, MoE (Ch. 10)
+        # or DeepSeekMoE: variants.py picks per layer
+        self.self_attn = make_attention(config, layer_idx, rotary, device=device, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        if config.n_experts > 1:   # Mixtral: a router and n_experts SwiGLU FFNs (Chapter 10)
-            self.mlp = MoE(config.d_model, config.d_ff, config.n_experts, config.n_experts_per_token,
-                           device=device, dtype=dtype)
-        else:
-            self.mlp = SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
+        self.mlp = make_ffn(config, layer_idx, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 cache=None, layer_idx: int = 0) -> torch.Tensor:
@@ -57,7 +56,7 @@ class Llama(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, device=device, dtype=dtype)
         self.rotary = self._make_rotary(device)
-        self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False, device=device, dtype=dtype)
         if config.tie_embeddings:
