@@ -42,9 +42,6 @@ def config_from_hf(hf: dict) -> LlamaConfig:
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    if model_type in ("qwen3", "qwen3_moe") and hf.get("use_sliding_window"):
-        raise ValueError(f"{model_type} with a sliding attention window is not supported "
-                         f"(Qwen3 slides only above max_window_layers; the course's windows are per layer_types)")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"{flag}=true: LLaMA has no biases and the course model has none")

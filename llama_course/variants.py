@@ -87,10 +87,14 @@ def hf_config_fields(hf: dict) -> dict:
     """The Chapter 12 LlamaConfig fields of a transformers config.json (Mistral/Mixtral windows,
     Qwen3-MoE's experts, DeepSeek-V3's MLA and DeepSeekMoE); {} for a LLaMA."""
     model_type, fields = hf.get("model_type"), {}
-    if model_type in ("mistral", "mixtral") and hf.get("sliding_window"):
+    slides = hf.get("use_sliding_window") if model_type in ("qwen3", "qwen3_moe") else True
+    if slides and hf.get("sliding_window"):
         fields["sliding_window"] = hf["sliding_window"]
-        if hf.get("layer_types"):
+        if hf.get("layer_types"):                 # e.g. Qwen3: sliding only from max_window_layers on
             fields["layer_types"] = tuple(hf["layer_types"])
+        elif model_type in ("qwen3", "qwen3_moe"):
+            fields["layer_types"] = tuple("sliding_attention" if i >= hf.get("max_window_layers", 28)
+                                          else "full_attention" for i in range(hf["num_hidden_layers"]))
     if model_type == "qwen3_moe":
         if hf.get("decoder_sparse_step", 1) != 1 or hf.get("mlp_only_layers"):
             raise ValueError("qwen3_moe with decoder_sparse_step != 1 or mlp_only_layers is not supported "
