@@ -9,6 +9,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .checks import check_bool, check_int, check_one_of, check_positive_int, check_positive_number, check_type
+
+_check_int = check_positive_int  # the old name, still imported by train.py
+
+
+def _check_ffn(d_model, multiple_of, ffn_dim_multiplier) -> None:
+    check_positive_int("d_model", d_model)
+    check_positive_int("multiple_of", multiple_of)
+    if ffn_dim_multiplier is not None:
+        check_positive_number("ffn_dim_multiplier", ffn_dim_multiplier)
+
 
 def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
     """Width of the SwiGLU feed-forward layer by Meta's rule.
@@ -20,17 +31,18 @@ def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: flo
     ``ffn_hidden_dim(4096) == 11008`` (LLaMA 7B), ``ffn_hidden_dim(8192, 4096, 1.3) == 28672``
     (Llama-2 70B).
     """
-    _check_int("d_model", d_model)
-    _check_int("multiple_of", multiple_of)
-    if ffn_dim_multiplier is not None:
-        if isinstance(ffn_dim_multiplier, bool) or not isinstance(ffn_dim_multiplier, (int, float)):
-            raise TypeError(f"ffn_dim_multiplier must be a number or None, got {type(ffn_dim_multiplier).__name__}")
-        if not ffn_dim_multiplier > 0:
-            raise ValueError(f"ffn_dim_multiplier must be > 0, got {ffn_dim_multiplier}")
+    _check_ffn(d_model, multiple_of, ffn_dim_multiplier)
     hidden = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+# Fields checked by kind in __post_init__; a new field joins one of these (or gets its own check).
+POSITIVE_INTS = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "n_experts",
+                 "n_experts_per_token", "multiple_of")
+POSITIVE_NUMBERS = ("rope_theta", "norm_eps")   # finite and > 0
+BOOLS = ("tie_embeddings", "qk_norm")
 
 
 @dataclass
@@ -106,34 +118,28 @@ class LlamaConfig:
     first_k_dense_replace: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
-                     "n_experts", "n_experts_per_token", "multiple_of"):
-            _check_int(name, getattr(self, name))
+        for name in POSITIVE_INTS:
+            setattr(self, name, check_positive_int(name, getattr(self, name)))
+        for name in POSITIVE_NUMBERS:
+            setattr(self, name, check_positive_number(name, getattr(self, name)))
+        for name in BOOLS:
+            check_bool(name, getattr(self, name))
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
-        _check_int("n_kv_heads", self.n_kv_heads)
         if self.d_ff is None:
             self.d_ff = ffn_hidden_dim(self.d_model, self.multiple_of, self.ffn_dim_multiplier)
-        _check_int("d_ff", self.d_ff)
-        _check_chapter12(self)
-        for name in ("rope_theta", "norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        for name in ("tie_embeddings", "qk_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        _check_chapter12(self)   # before head_dim: MLA's head_dim is its RoPE width
         if self.head_dim is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
             self.head_dim = self.d_model // self.n_heads
-        _check_int("head_dim", self.head_dim)
-        if self.rope_layout not in ("interleaved", "half"):
-            raise ValueError(f"rope_layout must be 'interleaved' or 'half', got {self.rope_layout!r}")
-        if self.rope_scaling is not None and not isinstance(self.rope_scaling, dict):
-            raise TypeError(f"rope_scaling must be a dict or None, got {type(self.rope_scaling).__name__}")
+        for name in ("n_kv_heads", "d_ff", "head_dim"):   # derived when None
+            setattr(self, name, check_positive_int(name, getattr(self, name)))
+        if self.ffn_dim_multiplier is not None:
+            check_positive_number("ffn_dim_multiplier", self.ffn_dim_multiplier)
+        check_one_of("rope_layout", self.rope_layout, ("interleaved", "half"))
+        if self.rope_scaling is not None:
+            check_type("rope_scaling", self.rope_scaling, dict)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         if self.n_experts_per_token > self.n_experts:
@@ -149,13 +155,6 @@ class LlamaConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _check_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-
-
 # ------------------------------------------------------------------------------ Chapter 12
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -163,23 +162,17 @@ LAYER_TYPES = ("sliding_attention", "full_attention")
 
 def _check_chapter12(c: LlamaConfig) -> None:
     """The fields Chapter 12 adds (sliding windows, MLA, DeepSeekMoE)."""
-    optional = ("sliding_window", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                "v_head_dim", "moe_d_ff")
-    for name in optional:
+    for name in ("sliding_window", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                 "v_head_dim", "moe_d_ff"):
         if getattr(c, name) is not None:
-            _check_int(name, getattr(c, name))
+            setattr(c, name, check_positive_int(name, getattr(c, name)))
     for name in ("n_group", "topk_group"):
-        _check_int(name, getattr(c, name))
-    for name, value in (("n_shared_experts", c.n_shared_experts), ("first_k_dense_replace", c.first_k_dense_replace)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    if not isinstance(c.moe_norm_topk, bool):
-        raise TypeError(f"moe_norm_topk must be a bool, got {type(c.moe_norm_topk).__name__}")
-    if c.moe_router not in ("softmax", "sigmoid"):
-        raise ValueError(f"moe_router must be 'softmax' or 'sigmoid', got {c.moe_router!r}")
-    if isinstance(c.routed_scaling_factor, bool) or not isinstance(c.routed_scaling_factor, (int, float)) \
-            or not c.routed_scaling_factor > 0:
-        raise ValueError(f"routed_scaling_factor must be a number > 0, got {c.routed_scaling_factor!r}")
+        setattr(c, name, check_positive_int(name, getattr(c, name)))
+    for name in ("n_shared_experts", "first_k_dense_replace"):
+        setattr(c, name, check_int(name, getattr(c, name), low=0))
+    check_bool("moe_norm_topk", c.moe_norm_topk)
+    check_one_of("moe_router", c.moe_router, ("softmax", "sigmoid"))
+    c.routed_scaling_factor = check_positive_number("routed_scaling_factor", c.routed_scaling_factor)
     if c.n_experts % c.n_group or not c.topk_group <= c.n_group:
         raise ValueError(f"n_group ({c.n_group}) must divide n_experts ({c.n_experts}) and topk_group "
                          f"({c.topk_group}) must be <= n_group")
@@ -211,6 +204,7 @@ def is_sliding_layer(config: LlamaConfig, layer_idx: int) -> bool:
     if config.sliding_window is None:
         return False
     return config.layer_types is None or config.layer_types[layer_idx] == "sliding_attention"
+
 
 
 # Published shapes. LLaMA-1: Touvron et al. 2023a, Table 2; Llama 2: Touvron et al. 2023b and
@@ -252,8 +246,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
 
     ``attention``, ``ffn``, ``router`` and ``norms`` are per block.
     """
-    if not isinstance(config, LlamaConfig):
-        raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
+    check_type("config", config, LlamaConfig)
     if config.kv_lora_rank is not None or config.moe_d_ff is not None or config.n_shared_experts:
         from .deepseek_moe import count_parameters_deepseek  # Chapter 12: layers differ
         return count_parameters_deepseek(config)

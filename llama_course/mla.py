@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .attention import causal_mask, merge_heads, softmax
+from .checks import check_int, check_positive_int, check_tensor, check_type
 from .config import LlamaConfig
 from .kv_cache import KVCache
 from .linear import Linear
@@ -141,10 +142,9 @@ class LatentKVCache(KVCache):
 
     def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
                  device=None, dtype=None):
-        max_seq_len = config.max_seq_len if max_seq_len is None else max_seq_len
-        for name, value in (("batch_size", batch_size), ("max_seq_len", max_seq_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_type("config", config, LlamaConfig)
+        max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
+        check_positive_int("batch_size", batch_size)
         shape = (batch_size, 1, max_seq_len)
         self.keys = [torch.zeros(*shape, config.kv_lora_rank, device=device, dtype=dtype)
                      for _ in range(config.n_layers)]
@@ -155,14 +155,14 @@ class LatentKVCache(KVCache):
 
     def update(self, layer: int, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write c_kv (B, 1, new, r) and k_pe (B, 1, new, d_r); return everything cached so far."""
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
+        check_int("layer", layer, 0, self.n_layers - 1)
         new = c_kv.shape[-2]
         end = self.length + new
         if end > self.max_seq_len:
             raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
                              f"{self.length} are filled and {new} more do not fit")
         for name, t, buf in (("c_kv", c_kv, self.keys[layer]), ("k_pe", k_pe, self.values[layer])):
+            check_tensor(name, t, 4, like=buf, like_name="the cache")
             if t.shape != (buf.shape[0], 1, new, buf.shape[-1]):
                 raise ValueError(f"{name} must be {(buf.shape[0], 1, new, buf.shape[-1])}, got {tuple(t.shape)}")
             buf[:, :, self.length:end] = t                                 # in place

@@ -19,30 +19,25 @@ from __future__ import annotations
 
 import torch
 
-from .attention import Attention, gqa_attention, merge_heads, split_heads
+from .attention import merge_heads
+from .checks import check_int, check_positive_int, check_type
 from .config import LlamaConfig, is_sliding_layer
+from .gqa import gqa_attention
 from .kv_cache import KVCache
-
-
-def _check_window(window) -> None:
-    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+from .model import Attention, causal_inputs
 
 
 def sliding_window_mask(q_index: torch.Tensor, kv_index: torch.Tensor, window: int) -> torch.Tensor:
     """Boolean (T, S): True where query at index q_index[t] may see the key at index kv_index[s],
     that is  q - W < k <= q."""
-    _check_window(window)
+    check_positive_int("window", window)
     distance = q_index[:, None] - kv_index[None, :]                   # (T, S) how far back each key is
     return (distance >= 0) & (distance < window)                      # (T, S)
 
 
 def banded_mask(q_len: int, window: int, kv_len: int | None = None, device=None) -> torch.Tensor:
     """causal_mask with a window: (q_len, kv_len), the queries being the last q_len positions."""
-    kv_len = q_len if kv_len is None else kv_len
-    for name, value in (("q_len", q_len), ("kv_len", kv_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    kv_len = check_positive_int("q_len", q_len) if kv_len is None else check_positive_int("kv_len", kv_len)
     if kv_len < q_len:
         raise ValueError(f"kv_len ({kv_len}) must be >= q_len ({q_len}): queries are the last kv positions")
     q_index = torch.arange(kv_len - q_len, kv_len, device=device)     # (q_len,)
@@ -54,26 +49,21 @@ class SlidingWindowAttention(Attention):
 
     def __init__(self, config: LlamaConfig, window: int, backend: str = "explicit", position_hook=None,
                  device=None, dtype=None):
-        _check_window(window)
         super().__init__(config, backend, position_hook, device=device, dtype=dtype)
-        self.window = window
+        self.window = check_positive_int("window", window)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 cache=None, layer_idx: int = 0) -> torch.Tensor:
         """As Attention.forward; ``mask`` (if given) covers sequence indices 0 .. past + T - 1."""
-        seq = x.shape[1]
-        past = cache.length if cache is not None else 0
-        q = split_heads(self.q_proj(x), self.n_heads)                  # (B, H, T, hd)
-        k = split_heads(self.k_proj(x), self.n_kv_heads)               # (B, H_kv, T, hd)
-        v = split_heads(self.v_proj(x), self.n_kv_heads)               # (B, H_kv, T, hd)
+        seq, past = x.shape[1], cache.length if cache is not None else 0
+        mask, positions = causal_inputs(seq, past, device=x.device, mask=mask, positions=positions)
+        q, k, v = self.project(x)                                     # (B, H, T, hd), (B, H_kv, T, hd) twice
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.position_hook is not None:
-            if positions is None:
-                positions = torch.arange(past, past + seq, device=x.device)  # (T,)
             q, k = self.position_hook(q, k, positions)
         q_index = torch.arange(past, past + seq, device=x.device)     # (T,) sequence indices of the queries
-        if cache is not None and isinstance(cache, SlidingWindowKVCache):
+        if isinstance(cache, SlidingWindowKVCache):
             k, v, kv_index = cache.update_window(layer_idx, k, v)     # (B, H_kv, S, hd), S <= W - 1 + T
         elif cache is not None:
             k, v = cache.update(layer_idx, k, v)                      # a full cache: every index kept
@@ -82,7 +72,7 @@ class SlidingWindowAttention(Attention):
             kv_index = q_index
         band = sliding_window_mask(q_index, kv_index, self.window)    # (T, S)
         mask = band if mask is None else mask[..., kv_index] & band   # (..., T, S) padding kept
-        out = gqa_attention(q, k, v, mask, backend=self.backend)      # (B, H, T, hd)
+        out = gqa_attention(q, k, v, mask, self.backend)              # (B, H, T, hd)
         return self.o_proj(merge_heads(out))                          # (B, T, d)
 
     def extra_repr(self) -> str:
@@ -95,10 +85,9 @@ class SlidingWindowKVCache(KVCache):
 
     def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
                  device=None, dtype=None):
-        max_seq_len = config.max_seq_len if max_seq_len is None else max_seq_len
-        for name, value in (("batch_size", batch_size), ("max_seq_len", max_seq_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_type("config", config, LlamaConfig)
+        max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
+        check_positive_int("batch_size", batch_size)
         self.sliding = [is_sliding_layer(config, i) for i in range(config.n_layers)]
         slots = [min(config.sliding_window, max_seq_len) if s else max_seq_len for s in self.sliding]
         shapes = [(batch_size, config.n_kv_heads, n, config.head_dim) for n in slots]
@@ -110,17 +99,11 @@ class SlidingWindowKVCache(KVCache):
     def update_window(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Return the keys and values a query of this step may need -- the last W - 1 cached
         positions and the new ones -- with their sequence indices (S,); then keep the newest W."""
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers \
-                or not self.sliding[layer]:
-            raise ValueError(f"layer must be the index of a sliding layer, got {layer!r}")
+        if not self.sliding[check_int("layer", layer, 0, self.n_layers - 1)]:
+            raise ValueError(f"layer {layer} is a full-attention layer: use update")
+        self._check_update(layer, k, v)                                              # shapes, dtype, capacity
         past, new = self.length, k.shape[-2]
-        if past + new > self.max_seq_len:
-            raise ValueError(f"the KV cache holds {self.max_seq_len} positions (max_seq_len); "
-                             f"{past} are filled and {new} more do not fit")
         buf_k, buf_v = self.keys[layer], self.values[layer]
-        for name, t in (("k", k), ("v", v)):
-            if t.shape != (*buf_k.shape[:2], new, buf_k.shape[-1]):
-                raise ValueError(f"{name} must be {(*buf_k.shape[:2], new, buf_k.shape[-1])}, got {tuple(t.shape)}")
         slots = buf_k.shape[-2]
         held = torch.arange(max(0, past - slots + 1), past, device=k.device)        # (h,) indices still visible
         keys = torch.cat([buf_k[:, :, held % slots], k], dim=2)                      # (B, H_kv, h + new, hd)

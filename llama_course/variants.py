@@ -18,7 +18,7 @@ import re
 import torch
 from torch import nn
 
-from .attention import Attention
+from .checks import check_positive_int, check_positive_number, check_type
 from .config import LlamaConfig, is_sliding_layer
 from .ffn import SwiGLU
 from .kv_cache import KVCache
@@ -33,6 +33,7 @@ def is_deepseek_moe(config: LlamaConfig) -> bool:
 
 def make_attention(config: LlamaConfig, layer_idx: int, rotary, device=None, dtype=None) -> nn.Module:
     """The attention module of block ``layer_idx``."""
+    from .model import Attention    # model.py imports this module: import at call time
     if config.kv_lora_rank is not None:
         from .mla import MultiHeadLatentAttention
         return MultiHeadLatentAttention(config, position_hook=rotary, device=device, dtype=dtype)
@@ -69,11 +70,9 @@ def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, b
 
     Llama-2 7B fp16: 524,288 B per token; DeepSeek-V3: (512 + 64) * 61 * 2 = 70,272 B per token;
     Mistral 7B stops growing at its 4096-token window."""
-    for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("bytes_per_value", bytes_per_value)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    if not isinstance(config, LlamaConfig):
-        raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
+    check_type("config", config, LlamaConfig)
+    check_positive_int("seq_len", seq_len), check_positive_int("batch_size", batch_size)
+    check_positive_number("bytes_per_value", bytes_per_value)
     if config.kv_lora_rank is not None:
         numbers = config.n_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * seq_len
     else:

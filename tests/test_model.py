@@ -176,8 +176,62 @@ def test_bad_input():
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="input_ids"):
         model(torch.zeros(3, dtype=torch.long))
-    with pytest.raises(ValueError, match="token id 50"):
+    with pytest.raises(ValueError, match=r"input_ids must be in \[0, 50\) \(the vocabulary\), got 50"):
         model(torch.tensor([[1, 50]]))
     with pytest.raises(ValueError, match="attention_mask"):
         model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
     assert meta_to_course_name("layers.3.feed_forward.w1.weight") == "layers.3.mlp.gate_proj.weight"
+
+
+def test_forward_hooks_fire_on_every_projection_of_a_block():
+    for config in (LlamaConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1),
+                   LlamaConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, n_experts=3, n_experts_per_token=3)):
+        model = Llama(config)
+        fired = []
+        linears = [name for name, m in model.layers[0].named_modules() if isinstance(m, torch.nn.Linear)]
+        for name in linears:
+            model.layers[0].get_submodule(name).register_forward_hook(lambda m, a, o, name=name: fired.append(name))
+        model(torch.tensor([[1, 2, 3]]))
+        assert sorted(fired) == sorted(linears) and len(linears) == 4 + 1 + 3 * config.n_experts - (
+            config.n_experts == 1)                      # q, k, v, o (+ the router) + 3 per expert
+
+
+def test_float64_model_is_float64_accurate():
+    """Cached decode and the full forward of a float64 model agree to float64 rounding (float32 rounding
+    anywhere on the way -- softmax, norms, RoPE's product -- would leave ~1e-7)."""
+    from llama_course.kv_cache import KVCache
+
+    config = LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=32)
+    torch.manual_seed(0)
+    model = Llama(config, dtype=torch.float64).eval()
+    realistic_weights_(model, std=0.3)
+    ids = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache(config, 2, 10, dtype=torch.float64)
+        parts = [model(ids[:, :6], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
+    assert full.dtype == torch.float64
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-12)
+
+
+def test_float16_model_forward_is_finite():
+    """Queries and keys of 192 per feature: q . k = 16 * 192^2 = 589,824, beyond float16's 65,504."""
+    config = LlamaConfig(vocab_size=20, d_model=64, n_layers=1, n_heads=4, d_ff=64)
+    model = Llama(config, dtype=torch.float16).eval()
+    with torch.no_grad():
+        model.embed_tokens.weight.fill_(1.0)
+        for name, p in model.layers[0].named_parameters():
+            if name.endswith("_proj.weight"):
+                p.fill_(3.0 if "self_attn" in name else 0.01)
+        logits = model(torch.tensor([[1, 2, 3, 4]]))
+    assert torch.isfinite(logits).all()
+
+
+def test_attention_mask_values_and_mixed_devices_are_rejected():
+    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))
+    ids = torch.tensor([[1, 2, 3]])
+    for bad in ([[1, 2, 1]], [[-1, 1, 1]]):      # would shift the RoPE positions silently
+        with pytest.raises(ValueError, match="attention_mask must hold only 0"):
+            model(ids, attention_mask=torch.tensor(bad))
+    with pytest.raises(ValueError, match="one device"):
+        model(ids.to("meta"))
