@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from llama_course import LlamaConfig, get_device
-from llama_course.cost import synchronize
+from llama_course import LlamaConfig
+from llama_course.device import get_device, synchronize
 from llama_course.mla import MultiHeadLatentAttention
 
 

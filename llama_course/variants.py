@@ -33,7 +33,7 @@ def is_deepseek_moe(config: LlamaConfig) -> bool:
 
 def make_attention(config: LlamaConfig, layer_idx: int, rotary, device=None, dtype=None) -> nn.Module:
     """The attention module of block ``layer_idx``."""
-    from .model import Attention    # model.py imports this module: import at call time
+    from .model import Attention  # model.py imports this module: import at call time
     if config.kv_lora_rank is not None:
         from .mla import MultiHeadLatentAttention
         return MultiHeadLatentAttention(config, position_hook=rotary, device=device, dtype=dtype)
