@@ -41,12 +41,12 @@ def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int = 1, topk_
 def route_deepseek(router_logits: torch.Tensor, top_k: int, bias: torch.Tensor | None = None,
                    n_group: int = 1, topk_group: int = 1, normalize: bool = True,
                    scaling: float = 1.0, score: str = "sigmoid") -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights (N, k) in float32 and experts (N, k) from router logits (N, E), DeepSeek-V3's rule."""
+    """Weights (N, k) in (at least) float32 and experts (N, k) from router logits (N, E), DeepSeek-V3's rule."""
     if score not in ("sigmoid", "softmax"):
         raise ValueError(f"score must be 'sigmoid' or 'softmax', got {score!r}")
-    logits = router_logits.float()
+    logits = router_logits.to(torch.promote_types(router_logits.dtype, torch.float32))  # at least float32
     s = logits.sigmoid() if score == "sigmoid" else logits.softmax(dim=-1)   # (N, E) affinities
-    choice = s if bias is None else s + bias.float()                          # (N, E) the bias only selects
+    choice = s if bias is None else s + bias.to(s.dtype)                        # (N, E) the bias only selects
     experts = group_limited_topk(choice, top_k, n_group, topk_group)          # (N, k)
     weights = s.gather(1, experts)                                            # (N, k) unbiased scores
     if normalize:
@@ -70,7 +70,8 @@ class Router(nn.Linear):
         self.register_buffer("e_score_correction_bias", torch.zeros(n_experts, device=device, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.float(), self.weight.float())                      # (N, E) logits in float32
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        return F.linear(x.to(dtype), self.weight.to(dtype))                  # (N, E) logits, at least float32
 
 
 class DeepSeekMoE(nn.Module):

@@ -49,7 +49,7 @@ def latent_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     scores = (q @ k.transpose(-2, -1)) * scale                         # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))              # (B, H, T, S)
-    weights = softmax(scores.float(), dim=-1).to(q.dtype)              # (B, H, T, S) rows sum to 1
+    weights = softmax(scores, dim=-1)                                  # (B, H, T, S) rows sum to 1
     return weights @ v                                                 # (B, H, T, d_v)
 
 

@@ -208,7 +208,8 @@ class Llama(nn.Module):
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
-        """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral). See checkpoint.py."""
+        """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral; Chapter 12: Mistral,
+        Qwen3-MoE, DeepSeek-V3). See checkpoint.py."""
         from .checkpoint import load_hf
         return load_hf(path, dtype=dtype, device=device)
 

@@ -185,3 +185,10 @@ def test_config_checks_moe_fields():
         LlamaConfig(**base, moe_router="relu")
     with pytest.raises(ValueError, match="first_k_dense_replace"):
         LlamaConfig(**base, first_k_dense_replace=-1)
+
+
+def test_routing_keeps_float64_and_runs_on_the_inputs_device(device):
+    logits = torch.randn(5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    weights, experts = route_deepseek(logits, 2, bias=torch.zeros(8, device=device), n_group=4, topk_group=2)
+    assert weights.dtype == torch.float64 and weights.device.type == device.type == experts.device.type
+    torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64, device=device))
