@@ -17,7 +17,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg -p
 IMPL := $(if $(wildcard solutions/*.py),solutions,package)
 CHAPTER ?=
 
-.PHONY: help install install-cuda book lab lint test test-unit test-package test-notebooks test-book \
+.PHONY: help install install-cuda book lab lint gpu-check test test-unit test-package test-notebooks test-book \
         test-site test-site-if-browser grade clean exercises autograder student-release colab-cells lock
 
 help::
@@ -97,6 +97,10 @@ test-site-if-browser: install
 # Grades exercises/ (reads them only; writes results.json).
 grade: install
 	$(PY) -m llama_course.grade exercises $(foreach c,$(CHAPTER),--chapter $(c))
+
+# One prepared run on a CUDA machine (benchmarks/gpu_check.py): JSON and log in benchmarks/results/.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --device cuda
 
 clean:
 	rm -rf _build .pytest_cache
