@@ -253,7 +253,8 @@ def test_a_hidden_use_of_the_reference_is_caught_at_run_time(tmp_path):
     run = grade(tmp_path / "sub", "--tests", CASES / "reference", "--out", tmp_path / "r.json")
     assert run.returncode == 0, run.stderr
     tests = scores(json.loads((tmp_path / "r.json").read_text()))
-    assert tests["test_softmax"]["score"] == 0 and "own softmax (called while this test ran)" in tests["test_softmax"]["output"]
+    assert tests["test_softmax"]["score"] == 0
+    assert "own softmax (called while this test ran)" in tests["test_softmax"]["output"]
     assert tests["test_causal_mask"]["score"] == 0 and "call watcher" in tests["test_causal_mask"]["output"]
 
 

@@ -120,6 +120,7 @@ class _Collector:
             result.score = result.max_score
         if report.skipped and not result.failure:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
             result.score, result.failure = 0.0, (f"grading error: this graded test was skipped ({reason}); it "
                                                  f"counts as failed. Tell your instructor.")
         if report.failed:

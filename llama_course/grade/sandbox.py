@@ -69,6 +69,7 @@ import torch
 OUTPUT_LIMIT = 16_384      # bytes of the student's stdout/stderr kept per test
 FILE_SIZE_LIMIT = 1 << 30  # no file the worker writes (its captured output included) may exceed 1 GiB
 MEMORY_LIMIT = 8 << 30     # default data-segment limit of a worker (--memory-limit)
+STARTUP_SECONDS = 300      # for a worker to start, before the student's file is imported
 PROCESS_LIMIT = 1024       # processes and threads the sandbox user may run at once
 SANDBOX_USER = "llama-course-student"  # used where per-run user ids are not available
 UID_BASE = 1_500_000_000  # + the grader's pid: each grader run's own unprivileged user id
@@ -257,6 +258,7 @@ class Sandbox:
         if self._dead:
             raise StudentCrash(self._dead)
         if not self._ready:
+            self._start()
             kind, payload = self._receive(f"importing {self.path.name} did not finish within the test's "
                                           f"{self.timeout:g} s: does the file run something slow or endless at "
                                           f"import time (outside a function)?")
@@ -269,6 +271,13 @@ class Sandbox:
         if kind == "ok":
             return payload
         raise _rebuild_error(*payload)
+
+    def _start(self) -> None:
+        """Wait for the worker to be up (not the student's time: the first worker also starts the
+        forkserver); the test's deadline counts from then."""
+        self.deadline = time.monotonic() + STARTUP_SECONDS
+        self._receive("grading error: the worker process did not start")
+        self.deadline = time.monotonic() + self.timeout
 
     def _send(self, message) -> None:
         try:
@@ -420,6 +429,7 @@ def _serve(conn, path: str, workdir: str, confinement: Confinement, watch: tuple
         return
     capture = _OutputCapture(workdir)
     watcher = _Watcher(watch)
+    _send(conn, ("started", None, "", []))
     objects: dict[int, object] = {}
     load_error = _import_student(path, objects)
     _send(conn, ("load_error", load_error, capture.read(), watcher.report()) if load_error
