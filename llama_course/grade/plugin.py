@@ -35,7 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 _NAMED = {"solutions": REPO / "solutions", "exercises": REPO / "exercises"}
 SANDBOX = pytest.StashKey()
-_GIVEN_UP = pytest.StashKey()  # {path or (path, label): why} files and exercises that hung already
+_GIVEN_UP = pytest.StashKey()  # {path: why} files whose import hung; {(path, label): {function}} that hung
 _USES = pytest.StashKey()      # {path: package_uses(file)}
 KINDS = ("practice", "homework")
 
@@ -190,15 +190,15 @@ def _sandboxed(request, path: Path):
     config, graded = request.config, graded_marker(request.node)
     given_up = config.stash[_GIVEN_UP]
     label = graded.label if graded else ""
-    for key in (str(path), (str(path), label)):
-        if key in given_up:
-            pytest.fail(given_up[key], pytrace=False)
+    if str(path) in given_up:
+        pytest.fail(given_up[str(path)], pytrace=False)
     watch = reference_names(label) if graded else ()
     _check_imports(config, path, watch)
     memory = config.getoption("--memory-limit")
     confinement = Confinement(config.getoption("--sandbox-uid"), config.getoption("--sandbox-gid"),
                               tuple(config.getoption("--sandbox-hide")), MEMORY_LIMIT if memory is None else memory)
-    sandbox = Sandbox(path, timeout=config.getoption("--impl-timeout"), confinement=confinement, watch=watch)
+    sandbox = Sandbox(path, timeout=config.getoption("--impl-timeout"), confinement=confinement, watch=watch,
+                      hung=given_up.setdefault((str(path), label), set()))
     request.addfinalizer(sandbox.close)
     request.node.stash[SANDBOX] = sandbox
     return sandbox.module
@@ -392,6 +392,5 @@ def pytest_runtest_makereport(item, call):
     given_up = item.config.stash[_GIVEN_UP]
     if sandbox.import_timed_out:
         given_up[str(sandbox.path)] = f"not run: importing {sandbox.path.name} timed out in an earlier test"
-    elif sandbox.timed_out and graded is not None:
-        given_up[(str(sandbox.path), graded.label)] = (f"not run: your {graded.function} timed out in an "
-                                                       f"earlier test of {graded.label}")
+    elif sandbox.timed_out and graded is not None and sandbox.last_name:
+        given_up.setdefault((str(sandbox.path), graded.label), set()).add(sandbox.last_name)

@@ -228,7 +228,7 @@ class Sandbox:
     ``BPETokenizer.encode``) whose use by the student's code is recorded in ``touched``."""
 
     def __init__(self, path: str | os.PathLike, timeout: float = 60.0, confinement: Confinement | None = None,
-                 watch: tuple[str, ...] = ()):
+                 watch: tuple[str, ...] = (), hung: set[str] = frozenset()):
         self.path = Path(path).resolve()
         if not self.path.is_file():
             raise FileNotFoundError(f"no such student file: {self.path}")
@@ -237,6 +237,7 @@ class Sandbox:
         self.confinement = confinement or Confinement()
         self.output = ""
         self.touched: list[str] = []
+        self.hung, self.last_name = hung, None  # functions that timed out before; the last one asked for
         self.timed_out = self.import_timed_out = False
         self._ready = False
         self._load_error = None
@@ -266,6 +267,10 @@ class Sandbox:
             self._load_error = payload if kind == "load_error" else None
         if self._load_error:
             raise _rebuild_error(*self._load_error)
+        if message[0] == "getattr" and message[1] is self.module:
+            self.last_name = message[2]
+            if message[2] in self.hung:
+                raise StudentTimeout(f"not run: your {message[2]} timed out in an earlier test of this exercise")
         self._send(message)
         kind, payload = self._receive(f"timed out: no answer within the test's {self.timeout:g} s")
         if kind == "ok":
