@@ -49,7 +49,7 @@ REFERENCES = {
     "pre_norm_residual": ("LlamaBlock",),
     "scaled_dot_product_attention": ("Attention",),
     "multi_head_attention": ("Attention",),
-    "rope_inv_freq": ("rope_cos_sin", "RotaryEmbedding"),
+    "rope_inv_freq": ("RotaryEmbedding",),  # rope_cos_sin is allowed: the key uses it for 5.2 and 5.3
     "apply_rope": ("RotaryEmbedding",),
     "interleaved_to_half": ("half_to_interleaved",),
     "swiglu": ("SwiGLU",),
