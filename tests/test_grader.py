@@ -1,12 +1,16 @@
 """The grader end to end, in a separate process, as a student runs it."""
 
+import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "grader_cases"
@@ -82,26 +86,139 @@ def test_a_missing_file_fails_its_tests_only(tmp_path):
     assert "does not exist" in json.loads((tmp_path / "results.json").read_text())["tests"][0]["output"]
 
 
-def test_syntax_error_is_reported(tmp_path):
+def test_syntax_error_is_reported_with_its_line(tmp_path):
     (tmp_path / "subm").mkdir()
-    (tmp_path / "subm" / "ch01_anatomy.py").write_text("def ffn_hidden_dim(:\n")
+    (tmp_path / "subm" / "ch01_anatomy.py").write_text("import torch\n\ndef ffn_hidden_dim(:\n")
     run = grade(tmp_path / "subm", "--chapter", "1", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     output = json.loads((tmp_path / "results.json").read_text())["tests"][0]["output"]
     assert "could not import ch01_anatomy.py" in output and "SyntaxError" in output
+    assert "line 3" in output and "line 3" in run.stdout  # under the table, not cut off
 
 
 def test_grading_a_class(tmp_path):
-    import shutil
-
-    for student in ("ada", "bob"):
+    for student in ("ada", "bob/exercises", "__MACOSX/ada", ".git"):
         (tmp_path / "subs" / student).mkdir(parents=True)
     shutil.copy(REPO / "solutions" / "ch01_anatomy.py", tmp_path / "subs" / "ada")
-    shutil.copy(REPO / "exercises" / "ch01_anatomy.py", tmp_path / "subs" / "bob")
+    shutil.copy(REPO / "exercises" / "ch01_anatomy.py", tmp_path / "subs" / "bob" / "exercises")
+    (tmp_path / "subs" / "bob" / ".DS_Store").write_bytes(b"\0junk")
     run = grade("--class", tmp_path / "subs", "--out-dir", tmp_path / "grades", "--chapter", "1", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    rows = (tmp_path / "grades" / "class.csv").read_text().splitlines()
-    assert rows[0].startswith("student,score,max_score,Exercise 1.1")
-    ada, bob = rows[1].split(","), rows[2].split(",")
-    assert ada[0] == "ada" and ada[1] == ada[2] != "0" and bob[0] == "bob" and bob[1] == "0"
+    rows = list(csv.reader((tmp_path / "grades" / "class.csv").open()))
+    assert rows[0][:4] == ["student", "score", "max_score", "Exercise 1.1 ffn_hidden_dim"] and rows[0][-1] == "error"
+    maxima, ada, bob = rows[1], rows[2], rows[3]
+    assert len(rows) == 4  # __MACOSX and .git are not students
+    assert maxima[0] == "(maximum)" and float(maxima[1]) > 0 and maxima[3] == "5"
+    assert ada[0] == "ada" and ada[1] == ada[2] == maxima[1] and ada[-1] == ""
+    assert bob[0] == "bob" and bob[1] == "0" and bob[2] == maxima[1]  # graded from bob/exercises
     assert (tmp_path / "grades" / "ada.json").exists()
+    again = grade("--class", tmp_path / "subs", "--out-dir", tmp_path / "grades", cwd=tmp_path)
+    assert again.returncode == 2 and "not empty" in again.stderr  # old grades are never reused
+
+
+def test_a_killed_grader_leaves_an_error_row_not_a_score(tmp_path):
+    """Without the sandbox user (--same-user, as on a laptop), student code can kill the grader
+    after forging its results file: the class row must be an error with the reason."""
+    sub = tmp_path / "subs" / "eve"
+    sub.mkdir(parents=True)
+    (sub / "ch98_hostile.py").write_text(
+        "import json, os, signal\n"
+        "def answer():\n"
+        "    out = os.environ['GRADER_CASE_OUT']\n"
+        "    open(out, 'w').write(json.dumps({'score': 2, 'max_score': 2, 'tests': []}))\n"
+        "    pid = os.getpid()\n"
+        "    for _ in range(2):  # the forkserver, then the grader\n"
+        "        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "        os.kill(pid, signal.SIGKILL)\n"
+        "def other():\n"
+        "    return 1\n")
+    grades = tmp_path / "grades"
+    run = grade("--class", tmp_path / "subs", "--out-dir", grades, "--tests", CASES / "hostile", "--same-user",
+                cwd=tmp_path, env={"GRADER_CASE_OUT": str(grades / "eve.json")})
+    assert run.returncode == 1
+    rows = list(csv.reader((grades / "class.csv").open()))
+    eve = rows[-1]
+    assert eve[0] == "eve" and eve[1] == eve[2] == "" and "grading failed (exit code -9)" in eve[-1], rows
+    assert "ERROR" in run.stdout and not (grades / "eve.json").exists()
+
+
+SEMANTICS = """
+import time
+def first():
+    return 0
+def first_list():
+    return list(range(41))
+def second():
+    return first() + 1
+def hang():
+    while True:
+        time.sleep(0.1)
+def hw():
+    return 3
+"""
+
+
+def test_semantics_and_feedback(tmp_path):
+    (tmp_path / "subm").mkdir()
+    (tmp_path / "subm" / "ch97_semantics.py").write_text(SEMANTICS)
+    run = grade(tmp_path / "subm", "--tests", CASES / "semantics", "--timeout", "4", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert total(out) == (1, 9)  # the homework check passes; the skipped test keeps its point in the maximum
+    for label in ("Exercise 97.1 first", "Exercise 97.2 second", "Exercise 97.3 skipped", "Exercise 97.4 hangs",
+                  "Homework 97.A hw"):
+        assert re.search(rf"^{re.escape(label)}\s+\d", out, re.M), label  # one row per exercise
+    assert "first() should return 1 (the worked example)" in out  # full messages under the table
+    assert "Use -v" not in out and "-vv" not in out
+    assert "uses your Exercise 97.1, which fails" in out
+    assert "grading error: this graded test was skipped (needs a GPU)" in out
+    assert "not run: your hang timed out in an earlier test of this exercise" in out  # one timeout per exercise
+    assert "public checks only" in out and "hidden tests" in out
+    assert f"The full report (your code's output too): {tmp_path / 'results.json'}" in out
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["max_score"] == 9
+    assert any(t["tags"] == ["homework"] for t in results["tests"])
+
+
+def test_a_hanging_import_costs_one_timeout(tmp_path):
+    (tmp_path / "subm").mkdir()
+    (tmp_path / "subm" / "ch97_semantics.py").write_text("while True:\n    pass\n")
+    run = grade(tmp_path / "subm", "--tests", CASES / "semantics", "--timeout", "5", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    outputs = [t["output"] for t in json.loads((tmp_path / "results.json").read_text())["tests"]]
+    assert sum("did not finish within the test's 5 s" in o for o in outputs) == 1
+    assert sum("importing ch97_semantics.py timed out in an earlier test" in o for o in outputs) == len(outputs) - 1
+
+
+def test_device_parametrized_tests_share_their_points(monkeypatch):
+    from llama_course.grade import grader
+
+    class Item:
+        def __init__(self, nodeid, params):
+            self.nodeid, self.callspec = nodeid, type("Spec", (), {"params": params})()
+
+        def get_closest_marker(self, name):
+            return pytest.mark.graded("Exercise 4.1 softmax", points=3).mark
+
+    monkeypatch.setattr(grader, "available_devices", lambda: ["cpu", "cuda"])
+    collector = grader._Collector()
+    collector.pytest_collection_modifyitems([Item("t::a[cpu]", {"device": "cpu"}),
+                                             Item("t::a[cuda]", {"device": "cuda"}), Item("t::b[3d]", {"shape": 3})])
+    points = {r.name: r.max_score for r in collector.results.values()}
+    assert points == {"a[cpu]": 1.5, "a[cuda]": 1.5, "b[3d]": 3}
+
+
+def test_list_works_in_a_student_release(tmp_path):
+    """No solutions/, no tests/hidden: sections come from the stubs; homework is marked."""
+    release = tmp_path / "release"
+    shutil.copytree(REPO / "llama_course", release / "llama_course", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "exercises", release / "exercises")
+    (release / "tests" / "graded").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "conftest.py", release / "tests")
+    shutil.copy(REPO / "tests" / "graded" / "test_ch04_attention.py", release / "tests" / "graded")
+    shutil.copy(CASES / "semantics" / "test_ch97_semantics.py", release / "tests" / "graded")
+    run = grade("--list", cwd=release, env={"PYTHONPATH": str(release)})
+    assert run.returncode == 0, run.stderr
+    assert re.search(r'^Exercise 4\.1\s+softmax\s+practice\s+4\.3 "Softmax"\s+3$', run.stdout, re.M), run.stdout
+    assert re.search(r"^Homework 97\.A\s+hw\s+homework\s+1$", run.stdout, re.M), run.stdout
+    assert "public checks' only" in run.stdout

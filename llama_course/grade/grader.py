@@ -1,24 +1,38 @@
 """The exercise grader.
 
     python -m llama_course.grade [PATH] [--chapter N ...] [--out FILE] [--timeout SECONDS]
+    python -m llama_course.grade --list
+    python -m llama_course.grade --class SUBMISSIONS --out-dir GRADES
 
-Grades the chNN_*.py files in PATH (default: exercises/) with the graded tests in tests/graded,
-prints a table per exercise (points earned / possible, first failure) and writes Gradescope's
-results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
+Grades the chNN_*.py files in PATH (default: exercises/; a folder holding an exercises/ folder
+works too) with the graded tests (tests/graded, plus tests/hidden where it exists; ``--tests DIR``,
+repeatable, to choose), prints a table per exercise, every failure's full message, and writes
+Gradescope's results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
 
-The grader never imports the student's code: every test talks to a fresh worker process
-(llama_course.grade.sandbox), so nothing that code does -- raise, hang, exit, print, write files,
-patch torch -- can change another test's score or the results file, which is written only
-after every worker is gone.
+Integrity. The grader never imports the student's code: it copies the submission into a private
+folder (refusing symbolic links that leave it), and every test talks to a fresh, confined worker
+process (llama_course.grade.sandbox: as root, an unprivileged user who cannot read the key, write
+the tests, the package or the results, or signal the grader). An old results file is removed
+before any student code runs; the new one is written last, atomically, after every process of
+the student's user is gone, so a grader that is killed or fails leaves no score. An exercise
+earns nothing when the submission uses the package's own answer to it (plugin.reference_names).
+
+Points. A test's points are its ``graded`` marker's; a test repeated per device shares them
+across the devices, so the total does not depend on the machine; a skipped graded test is a
+grading error that counts as failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -26,9 +40,14 @@ from pathlib import Path
 
 import pytest
 
-from .plugin import REPO, SANDBOX
+from . import sandbox
+from .plugin import REPO, SANDBOX, available_devices, graded_marker
 
-OUTPUT_CHARS = 4000  # of failure text and student output per test in results.json
+OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
+PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
+JUNK = ("__MACOSX", "__pycache__", ".")  # archive debris and dotfiles, never graded
+SUBMISSION_BYTES = 50 << 20
+NOISE = re.compile(r"^\s*(Use -v to get more diff|Use -vv to get more diff|\.\.\.Full output truncated.*)\s*$")
 
 
 @dataclass
@@ -36,6 +55,8 @@ class TestResult:
     name: str
     exercise: str
     max_score: float
+    kind: str = "practice"
+    depends: tuple = ()
     score: float = 0.0
     failure: str = ""
     student_output: str = ""
@@ -52,22 +73,40 @@ class TestResult:
 class _Collector:
     """pytest plugin that records each graded test's outcome in the grader's process."""
 
-    def __init__(self):
+    def __init__(self, status=None):
         self.results: dict[str, TestResult] = {}
         self.errors: list[str] = []
+        self.status = status  # a terminal to show the running test on, or None
+        self._shown_files: set[str] = set()
 
     def pytest_collection_modifyitems(self, items):
+        devices = len(available_devices())
         for item in items:
-            marker = item.get_closest_marker("graded")
-            if marker is None:
+            graded = graded_marker(item)
+            if graded is None:
                 continue
-            exercise = marker.args[0] if marker.args else marker.kwargs["exercise"]
-            points = float(marker.kwargs.get("points", marker.args[1] if len(marker.args) > 1 else 1))
-            self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], exercise, points)
+            share = devices if "device" in getattr(getattr(item, "callspec", None), "params", {}) else 1
+            self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], graded.label,
+                                                   graded.points / share, graded.kind, graded.depends)
 
     def pytest_collectreport(self, report):
         if report.failed:
             self.errors.append(f"could not collect {report.nodeid}: {report.longreprtext[-2000:]}")
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if self.status is None:
+            return
+        if self.status.isatty():
+            self.status.write(f"\r\033[K  running {nodeid.rpartition('/')[2]}")
+        elif location[0] not in self._shown_files:
+            self._shown_files.add(location[0])
+            self.status.write(f"  running {Path(location[0]).name}\n")
+        self.status.flush()
+
+    def pytest_sessionfinish(self):
+        if self.status is not None and self.status.isatty():
+            self.status.write("\r\033[K")
+            self.status.flush()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -79,36 +118,48 @@ class _Collector:
         result.seen.add(report.when)
         if report.when == "call" and report.passed:
             result.score = result.max_score
+        if report.skipped and not result.failure:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            result.score, result.failure = 0.0, (f"grading error: this graded test was skipped ({reason}); it "
+                                                 f"counts as failed. Tell your instructor.")
         if report.failed:
             result.score = 0.0
             if not result.failure:
                 result.failure = _describe_failure(call, report)
-        sandbox = item.stash.get(SANDBOX, None)
-        if sandbox is not None:
-            result.student_output = sandbox.output
+        box = item.stash.get(SANDBOX, None)
+        if box is not None:
+            result.student_output = box.output
 
 
 def _describe_failure(call, report) -> str:
-    if call.excinfo is None:
-        return _cut(report.longreprtext)
-    error = call.excinfo.value
-    text = f"{type(error).__name__}: {error}"
-    for note in getattr(error, "__notes__", ()):
-        text += f"\n{note}"
-    return _cut(text)
+    if call.excinfo is None or call.excinfo.typename in ("Failed", "OutcomeException"):
+        text = str(call.excinfo.value) if call.excinfo is not None else report.longreprtext
+    else:
+        error = call.excinfo.value
+        text = f"{type(error).__name__}: {error}"
+        for note in getattr(error, "__notes__", ()):
+            text += f"\n{note}"
+    return "\n".join(line for line in text.splitlines() if not NOISE.match(line)).strip()
 
 
-def run(path: Path, tests: Path, chapters: list[int], timeout: float) -> tuple[list[TestResult], list[str]]:
-    """Run the graded tests against the student folder; return per-test results and grader errors."""
-    targets = [str(tests)]
-    if chapters:
-        targets = sorted(str(p) for n in chapters for p in tests.glob(f"test_ch{n:02d}_*.py"))
-        if not targets:
-            return [], [f"no graded tests for chapter(s) {chapters} in {tests}"]
-    collector = _Collector()
-    args = [*targets, f"--impl={path}", "--isolate", f"--impl-timeout={timeout}",
-            "-p", "llama_course.grade.plugin", "-p", "no:cacheprovider",
-            "-q", "--tb=short", f"--rootdir={REPO}", "-o", "addopts="]
+def _targets(test_dirs: list[Path], chapters: list[int]) -> list[str]:
+    if not chapters:
+        return [str(d) for d in test_dirs]
+    return sorted(str(p) for d in test_dirs for n in chapters for p in d.glob(f"test_ch{n:02d}_*.py"))
+
+
+def run(path: Path, test_dirs: list[Path], chapters: list[int], timeout: float, options: list[str] = (),
+        status=None) -> tuple[list[TestResult], list[str]]:
+    """Run the graded tests against the student folder; return per-test results and grader errors.
+    ``options``: further pytest options (the sandbox's, from ``sandbox_options``)."""
+    targets = _targets(test_dirs, chapters)
+    if not targets:
+        return [], [f"no graded tests for chapter(s) {chapters} in {', '.join(map(str, test_dirs))}"]
+    collector = _Collector(status)
+    args = [*targets, f"--impl={path}", "--isolate", f"--impl-timeout={timeout}", *options,
+            "-p", "llama_course.grade.plugin", "-p", "no:cacheprovider", "--import-mode=importlib",
+            "-vv", "--tb=short", f"--rootdir={REPO}", "-o", "addopts="]
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         exit_code = pytest.main(args, plugins=[collector])
@@ -121,121 +172,383 @@ def run(path: Path, tests: Path, chapters: list[int], timeout: float) -> tuple[l
     return list(collector.results.values()), errors
 
 
-def table(results: list[TestResult]) -> str:
-    """The per-exercise summary a student reads."""
+def sandbox_options(confinement: sandbox.Confinement) -> list[str]:
+    options = [f"--memory-limit={confinement.memory_limit}"]
+    if confinement.uid is not None:
+        options += [f"--sandbox-uid={confinement.uid}", f"--sandbox-gid={confinement.gid}"]
+    return options + [f"--sandbox-hide={path}" for path in confinement.hide]
+
+
+# --------------------------------------------------------------------------------------------
+# What a student reads
+# --------------------------------------------------------------------------------------------
+
+def _by_exercise(results: list[TestResult]) -> dict[str, list[TestResult]]:
     exercises: dict[str, list[TestResult]] = {}
     for result in results:
         exercises.setdefault(result.exercise, []).append(result)
+    return exercises
+
+
+def table(results: list[TestResult]) -> str:
+    """The per-exercise summary a student reads: one row per exercise."""
+    exercises = _by_exercise(results)
     width = max([len(name) for name in exercises] + [len("Exercise")])
-    lines = [f"{'Exercise':<{width}}  {'Points':>9}  First failure", "-" * (width + 40)]
+    lines = [f"{'Exercise':<{width}}  {'Points':>11}  First failure", "-" * (width + 50)]
     for name, group in exercises.items():
         earned, possible = sum(r.score for r in group), sum(r.max_score for r in group)
         failing = next((r for r in group if r.score < r.max_score), None)
         note = f"{failing.name}: {failing.first_line}" if failing else "all tests pass"
-        lines.append(f"{name:<{width}}  {_num(earned):>4} / {_num(possible):<4}  {note[:100]}")
+        lines.append(f"{name:<{width}}  {_num(earned):>5} / {_num(possible):<5}  {note}")
     earned, possible = sum(r.score for r in results), sum(r.max_score for r in results)
-    lines += ["-" * (width + 40), f"{'Total':<{width}}  {_num(earned):>4} / {_num(possible):<4}"]
+    lines += ["-" * (width + 50), f"{'Total':<{width}}  {_num(earned):>5} / {_num(possible):<5}"]
     return "\n".join(lines)
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= OUTPUT_CHARS else text[:OUTPUT_CHARS] + f"\n[... cut at {OUTPUT_CHARS} characters]"
+def failing_exercises(results: list[TestResult]) -> set[str]:
+    return {r.exercise for r in results if r.score < r.max_score}
+
+
+def dependency_note(result: TestResult, failing: set[str]) -> str:
+    """"uses your Exercise 4.3, which fails" for each failing exercise the test depends on."""
+    notes = []
+    for dependency in result.depends:
+        if any(label == dependency or label.startswith(dependency + " ") for label in failing):
+            notes.append(f"uses your {dependency}, which fails: fix that one first")
+    return "; ".join(notes)
+
+
+def failures(results: list[TestResult], out: Path) -> str:
+    """Every failing test's full message, grouped by exercise (not-implemented exercises once)."""
+    failing, blocks = failing_exercises(results), []
+    for name, group in _by_exercise(results).items():
+        bad = [r for r in group if r.score < r.max_score]
+        if not bad or all(r.first_line == "not implemented yet" for r in bad):
+            continue
+        for r in bad:
+            text = r.failure
+            note = dependency_note(r, failing)
+            if note:
+                text += f"\n({note})"
+            blocks.append(f"{name} :: {r.name}\n" + "\n".join(f"    {line}" for line in text.splitlines()))
+    if not blocks:
+        return ""
+    return ("Failures\n========\n\n" + "\n\n".join(blocks)
+            + f"\n\nThe full report (your code's output too): {out}")
 
 
 def _num(x: float) -> str:
-    return f"{x:g}"
+    return f"{x:.4g}"
 
 
-def results_json(results: list[TestResult], errors: list[str]) -> dict:
+def _cut(text: str, limit: int = OUTPUT_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
+
+
+def results_json(results: list[TestResult], errors: list[str], notes: list[str] = ()) -> dict:
     """Gradescope's results.json."""
-    tests = []
+    failing, tests = failing_exercises(results), []
     for r in results:
         output = "passed" if r.score == r.max_score else r.failure
+        if r.score < r.max_score and dependency_note(r, failing):
+            output += f"\n({dependency_note(r, failing)})"
+        output = _cut(output)
         if r.student_output:
-            output += f"\n--- your code printed ---\n{_cut(r.student_output)}"
+            output += f"\n--- your code printed ---\n{_cut(r.student_output, PRINTED_CHARS)}"
         tests.append({"name": f"{r.exercise} :: {r.name}", "score": r.score, "max_score": r.max_score,
-                      "output": output, "visibility": "visible"})
-    summary = "\n".join(errors) if errors else "graded %d tests" % len(tests)
+                      "output": output, "visibility": "visible", "tags": [r.kind]})
+    summary = "\n".join([*errors, *notes]) if errors or notes else f"graded {len(tests)} tests"
     return {"score": sum(r.score for r in results), "max_score": sum(r.max_score for r in results),
             "output": summary, "tests": tests}
 
 
+def homework_note(results: list[TestResult], test_dirs: list[Path]) -> str:
+    if not any(r.kind == "homework" for r in results) or any(d.name == "hidden" for d in test_dirs):
+        return ""
+    return ("Homework: this run used the public checks only (no hidden tests here). Your final grade for "
+            "homework comes from the hidden tests your instructor runs.")
+
+
+# --------------------------------------------------------------------------------------------
+# The submission and the results file
+# --------------------------------------------------------------------------------------------
+
+def _junk(name: str) -> bool:
+    return name.startswith(JUNK)
+
+
+def find_submission(folder: Path) -> Path:
+    """The folder holding the chNN_*.py files: ``folder`` itself, else its exercises/ folder, else
+    the shallowest sub-folder (archive junk ignored) that holds some."""
+    if any(folder.glob("ch[0-9][0-9]_*.py")):
+        return folder
+    if (folder / "exercises").is_dir():
+        return folder / "exercises"
+    found = [p.parent for p in folder.rglob("ch[0-9][0-9]_*.py")
+             if not any(_junk(part) for part in p.relative_to(folder).parts)]
+    return min(found, key=lambda p: (len(p.parts), str(p))) if found else folder
+
+
+def stage(folder: Path, into: Path) -> Path:
+    """Copy the submission's files (no junk) into ``into``, readable by the sandbox user and
+    writable by nobody but the grader. A symbolic link that leaves the submission becomes a file
+    whose import fails with the reason."""
+    root = folder.resolve()
+    into.chmod(0o755)
+    total = 0
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(_junk(part) for part in relative.parts) or path.is_dir():
+            continue
+        target = into / relative
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        real = path.resolve()
+        if path.is_symlink() and (root not in real.parents or not real.is_file()):
+            why = f"{relative.as_posix()} is a symbolic link to a file outside your submission; submit the file itself"
+            target.write_text(f"raise ImportError({why!r})\n")
+        elif real.is_file() and total + real.stat().st_size <= SUBMISSION_BYTES:
+            total += real.stat().st_size
+            shutil.copyfile(real, target)
+        target.chmod(0o644)
+    return into
+
+
+def hidden_paths(test_dirs: list[Path]) -> list[Path]:
+    """What student code must not read: the key, the hidden tests, the repository's git objects."""
+    paths = [REPO / "solutions", REPO / "tests" / "hidden", *(d for d in test_dirs if d.name == "hidden")]
+    git = REPO / ".git"
+    if git.is_file():  # a worktree: .git names the real folder, whose commondir holds the objects
+        gitdir = Path(git.read_text().partition("gitdir:")[2].strip())
+        paths += [git, gitdir]
+        common = gitdir / "commondir"
+        if common.is_file():
+            paths.append((gitdir / common.read_text().strip()).resolve())
+    elif git.is_dir():
+        paths.append(git)
+    return list(dict.fromkeys(p for p in paths if os.path.lexists(p)))
+
+
+def clear_results(out: Path) -> None:
+    """Before any student code runs: no old score may survive a failed or killed run."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir() and not out.is_symlink():
+        raise IsADirectoryError(f"--out {out} is a folder; give a file name")
+    with contextlib.suppress(FileNotFoundError):
+        out.unlink()
+
+
 def write_atomically(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``path`` whole or not at all; whatever stands at ``path`` (a folder someone made
+    there included) is replaced."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".results-", suffix=".json",
                                      delete=False, encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(handle.name, path)
+        try:
+            json.dump(data, handle, indent=2)
+        except BaseException:
+            os.unlink(handle.name)
+            raise
+    try:
+        os.chmod(handle.name, 0o644)
+        os.replace(handle.name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(handle.name)
+        raise
 
 
-def grade_class(submissions: Path, out_dir: Path, chapters: list[int], timeout: float) -> int:
-    """Grade every sub-folder of ``submissions`` (one per student), each in its own process; write
-    out_dir/<student>.json and out_dir/class.csv; print one row per student."""
-    import csv
-    import subprocess
+# --------------------------------------------------------------------------------------------
+# --list
+# --------------------------------------------------------------------------------------------
 
-    students = sorted(p for p in submissions.iterdir() if p.is_dir())
-    if not students:
-        print(f"no student folders in {submissions}", file=sys.stderr)
-        return 2
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows, exercises = [], []
-    for student in students:
-        out = out_dir / f"{student.name}.json"
-        command = [sys.executable, "-m", "llama_course.grade", str(student), "--out", str(out), "--timeout", str(timeout)]
-        for chapter in chapters:
-            command += ["--chapter", str(chapter)]
-        subprocess.run(command, capture_output=True, text=True)
-        results = json.loads(out.read_text()) if out.exists() else {"score": 0, "max_score": 0, "tests": []}
-        per_exercise: dict[str, float] = {}
-        for test in results["tests"]:
-            name = test["name"].split(" :: ")[0]
-            per_exercise[name] = per_exercise.get(name, 0.0) + test["score"]
-            if name not in exercises:
-                exercises.append(name)
-        rows.append((student.name, results["score"], results.get("max_score", 0), per_exercise))
-    with open(out_dir / "class.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student", "score", "max_score", *exercises])
-        for name, score, possible, per in rows:
-            writer.writerow([name, _num(score), _num(possible), *(_num(per.get(e, 0)) for e in exercises)])
-    width = max(len(r[0]) for r in rows + [("student",)])
-    print(f"{'student':<{width}}  {'points':>11}")
-    for name, score, possible, _ in rows:
-        print(f"{name:<{width}}  {_num(score):>5} / {_num(possible):<5}")
-    print(f"\nper-exercise scores: {out_dir / 'class.csv'}")
-    return 0
+LABEL = re.compile(r'((?:Exercise|Homework) [\w.]+) ([\w.]+)[^"\n()]*\(Chapter (\d+), section ([\d.]+) "([^"]+)"\)')
 
 
-def main(argv: list[str] | None = None) -> int:
+def exercise_sections() -> dict[str, str]:
+    """{"Exercise 4.1": 'section 4.3 "Softmax"'} from the key's BEGIN SOLUTION lines, or, in a
+    student release without solutions/, from the stubs' NotImplementedError messages."""
+    sections = {}
+    for folder in (REPO / "solutions", REPO / "exercises"):
+        for path in sorted(folder.glob("ch[0-9][0-9]_*.py")) if folder.is_dir() else ():
+            for match in LABEL.finditer(path.read_text(encoding="utf-8")):
+                sections.setdefault(match[1], f'{match[4]} "{match[5]}"')
+    return sections
+
+
+def list_exercises(test_dirs: list[Path]) -> int:
+    """Print every exercise the graded tests know: id, name, kind, chapter section, points."""
+    collector = _Collector()
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        pytest.main([*map(str, test_dirs), "--collect-only", "-q", "-p", "llama_course.grade.plugin",
+                     "-p", "no:cacheprovider", "--import-mode=importlib", f"--rootdir={REPO}", "-o", "addopts="],
+                    plugins=[collector])
+    for error in collector.errors:
+        print(f"grader error: {error}", file=sys.stderr)
+    sections, rows = exercise_sections(), {}
+    for result in collector.results.values():
+        row = rows.setdefault(result.exercise, {"kind": result.kind, "points": 0.0})
+        row["points"] += result.max_score
+    print(f"{'Id':<14} {'Name':<30} {'Kind':<9} {'Section':<50} Points")
+    for label in sorted(rows, key=_label_order):
+        words = label.split(maxsplit=2)
+        ident, name = " ".join(words[:2]), words[2] if len(words) > 2 else ""
+        section = sections.get(ident, "")
+        print(f"{ident:<14} {name:<30} {rows[label]['kind']:<9} {section:<50} {_num(rows[label]['points'])}")
+    if not any(d.name == "hidden" for d in test_dirs) and any(r["kind"] == "homework" for r in rows.values()):
+        print("\nHomework points above are the public checks' only; the hidden tests add the rest.")
+    return 1 if collector.errors else 0
+
+
+def _label_order(label: str):
+    number = label.split()[1] if len(label.split()) > 1 else ""
+    chapter, _, part = number.partition(".")
+    return (int(chapter) if chapter.isdigit() else 0, label.startswith("Homework"),
+            int(part) if part.isdigit() else 0, part)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llama_course.grade", description="Grade the course exercises.")
     parser.add_argument("path", nargs="?", default="exercises", type=Path,
                         help="folder with your chNN_*.py files (default: exercises/)")
     parser.add_argument("--chapter", type=int, action="append", default=[], help="grade only this chapter (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("results.json"), help="where to write results.json")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds each test may spend in your code")
-    parser.add_argument("--tests", type=Path, default=REPO / "tests" / "graded", help=argparse.SUPPRESS)
+    parser.add_argument("--tests", type=Path, action="append", default=None,
+                        help="a folder of graded tests (repeatable; default: tests/graded and tests/hidden)")
+    parser.add_argument("--list", action="store_true", help="list every exercise: id, name, kind, section, points")
+    parser.add_argument("--memory-limit", type=float, default=sandbox.MEMORY_LIMIT / 2**30,
+                        help="GiB of memory each worker may allocate (0: no limit; default %(default)g)")
+    parser.add_argument("--same-user", action="store_true",
+                        help="run student code as the grader's own user even as root (not for untrusted code)")
     parser.add_argument("--class", dest="class_dir", type=Path, metavar="SUBMISSIONS",
                         help="grade every sub-folder of SUBMISSIONS (one per student); results go to --out-dir")
-    parser.add_argument("--out-dir", type=Path, default=Path("grades"), help="with --class: where results go")
+    parser.add_argument("--out-dir", type=Path, default=Path("grades"), help="with --class: where results go (empty)")
+    return parser
+
+
+def default_test_dirs() -> list[Path]:
+    return [d for d in (REPO / "tests" / "graded", REPO / "tests" / "hidden") if d.is_dir()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    test_dirs = [d.resolve() for d in (args.tests or default_test_dirs())]
+    for folder in test_dirs:
+        if not folder.is_dir():
+            parser.error(f"no graded tests at {folder}")
+    if args.list:
+        return list_exercises(test_dirs)
     if args.class_dir is not None:
         if not args.class_dir.is_dir():
             parser.error(f"{args.class_dir} is not a folder")
-        return grade_class(args.class_dir, args.out_dir, args.chapter, args.timeout)
+        return grade_class(args.class_dir, args.out_dir, _child_options(args, test_dirs))
     if not args.path.is_dir():
         parser.error(f"{args.path} is not a folder")
-    if not args.tests.is_dir():
-        parser.error(f"no graded tests at {args.tests}")
-    out = args.out.resolve()  # fixed before any student code runs
-    results, errors = run(args.path.resolve(), args.tests.resolve(), args.chapter, args.timeout)
-    print(f"Grading {args.path}\n")
+    out = args.out.resolve()  # fixed, and cleared, before any student code runs
+    try:
+        clear_results(out)
+    except OSError as err:
+        parser.error(str(err))
+    return grade_one(args.path, out, test_dirs, args)
+
+
+def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
+    confinement, warnings = sandbox.confine(hidden_paths(test_dirs), int(args.memory_limit * 2**30), args.same_user)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    submission = find_submission(path.resolve())
+    with tempfile.TemporaryDirectory(prefix="llama-course-submission-") as staging:
+        folder = stage(submission, Path(staging))
+        results, errors = run(folder, test_dirs, args.chapter, args.timeout, sandbox_options(confinement),
+                              status=sys.stderr)
+        if confinement.uid is not None:
+            sandbox.end_processes_of(confinement.uid)
+    notes = [n for n in (homework_note(results, test_dirs),) if n]
+    print(f"Grading {submission}\n")
     print(table(results) if results else "no graded tests ran")
+    report = failures(results, out)
+    if report:
+        print(f"\n{report}")
+    for note in notes:
+        print(f"\n{note}")
     for error in errors:
         print(f"\ngrader error: {error}", file=sys.stderr)
-    write_atomically(out, results_json(results, errors))
+    write_atomically(out, results_json(results, errors, notes))  # last: every student process is gone
     print(f"\nresults written to {out}")
     return 1 if errors else 0
+
+
+def _child_options(args, test_dirs: list[Path]) -> list[str]:
+    options = ["--timeout", str(args.timeout), "--memory-limit", str(args.memory_limit)]
+    for chapter in args.chapter:
+        options += ["--chapter", str(chapter)]
+    for folder in test_dirs:
+        options += ["--tests", str(folder)]
+    return options + (["--same-user"] if args.same_user else [])
+
+
+def grade_class(submissions: Path, out_dir: Path, options: list[str]) -> int:
+    """Grade every sub-folder of ``submissions`` (one per student), each in its own grader process;
+    write out_dir/<student>.json and out_dir/class.csv (a row of maxima first); print one row per
+    student. A run that fails is an error row with its reason, never a score."""
+    students = sorted(p for p in submissions.iterdir() if p.is_dir() and not _junk(p.name))
+    if not students:
+        print(f"no student folders in {submissions}", file=sys.stderr)
+        return 2
+    if out_dir.exists() and any(out_dir.iterdir()):
+        print(f"{out_dir} is not empty: give an empty or new --out-dir (old grades are never reused)", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [_grade_student(student, out_dir / f"{student.name}.json", options) for student in students]
+    exercises = list(dict.fromkeys(e for row in rows for e in row["maxima"]))
+    maxima = next((row for row in rows if not row["error"]), None)
+    with open(out_dir / "class.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["student", "score", "max_score", *exercises, "error"])
+        if maxima is not None:
+            writer.writerow(["(maximum)", _num(maxima["max_score"]), _num(maxima["max_score"]),
+                             *(_num(maxima["maxima"].get(e, 0)) for e in exercises), ""])
+        for row in rows:
+            scores = ["", ""] if row["error"] else [_num(row["score"]), _num(row["max_score"])]
+            per = [("" if row["error"] else _num(row["per"].get(e, 0))) for e in exercises]
+            writer.writerow([row["name"], *scores, *per, row["error"]])
+    _print_class(rows, out_dir)
+    return 1 if any(row["error"] for row in rows) else 0
+
+
+def _grade_student(student: Path, out: Path, options: list[str]) -> dict:
+    command = [sys.executable, "-m", "llama_course.grade", str(student), "--out", str(out), *options]
+    run = subprocess.run(command, capture_output=True, text=True)
+    row = {"name": student.name, "error": "", "score": 0.0, "max_score": 0.0, "per": {}, "maxima": {}}
+    if run.returncode != 0 or not out.is_file():
+        reason = [line for line in (run.stderr or "").splitlines() if line.strip()]
+        row["error"] = f"grading failed (exit code {run.returncode}): {reason[-1] if reason else 'no message'}"
+        with contextlib.suppress(FileNotFoundError):
+            out.unlink()  # a failed run leaves no score
+        return row
+    results = json.loads(out.read_text())
+    row.update(score=results["score"], max_score=results["max_score"])
+    for test in results["tests"]:
+        name = test["name"].split(" :: ")[0]
+        row["per"][name] = row["per"].get(name, 0.0) + test["score"]
+        row["maxima"][name] = row["maxima"].get(name, 0.0) + test["max_score"]
+    return row
+
+
+def _print_class(rows: list[dict], out_dir: Path) -> None:
+    width = max(len(r["name"]) for r in rows + [{"name": "student"}])
+    print(f"{'student':<{width}}  {'points':>13}")
+    for row in rows:
+        points = "ERROR" if row["error"] else f"{_num(row['score']):>5} / {_num(row['max_score']):<5}"
+        print(f"{row['name']:<{width}}  {points}  {row['error']}")
+    print(f"\nper-exercise scores: {out_dir / 'class.csv'}")
 
 
 if __name__ == "__main__":

@@ -15,38 +15,65 @@ Any other object stays in the worker and comes back as a ``Remote`` handle whose
 calls, ``len`` and iteration are again forwarded to the worker. A ``Remote`` never compares
 equal to anything but itself, so a student object cannot fake an ``==``.
 
+Confinement (``Confinement``, chosen once by the grader with ``confine()``). When the grader runs
+as root on Linux, each worker, before it imports the student's file:
+    - leaves the grader's session (``setsid``) and gets its own mount namespace in which the key
+      (``solutions/``), the hidden tests and the repository's git objects are empty, unreadable
+      folders;
+    - limits its memory (RLIMIT_DATA, ``--memory-limit``), file sizes and process count;
+    - drops to the unprivileged user ``llama-course-student`` (created on first use), who cannot
+      write the results file or its folder, the tests, the package or the grader's tree, and
+      cannot signal the grader.
+After each test every process of that user is killed (daemons that double-forked and called
+``setsid`` included), so nothing the student started outlives the test or sees the results file.
+Not root (a student's laptop): the worker runs as the grader's own user, which is fine for
+checking one's own work but not for grading untrusted code; the grader says so.
+
 What student code can do, and what it costs it:
     raise             the exception comes back (builtin types keep their type, e.g. ValueError)
     hang              the call waits at most until the test's deadline, then the worker is killed
     sys.exit()        reported as an error of that call
     os._exit(), crash the worker's death is reported; the next test gets a new worker
     print megabytes   captured to a file in the worker; the grader reads at most OUTPUT_LIMIT
-    write files       the worker runs in its own temporary directory; the grader writes its
-                      results only after every worker is gone
+    write files       only in its own temporary folder (as the sandbox user)
     patch torch       patches only the worker's torch; the assertions run in the grader
+    use the package   calls of the package's own answer to the exercise under test are recorded
+                      (``watch``) and cost the test its points
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
+import importlib
 import importlib.util
 import io
 import multiprocessing
 import os
 import pickle
+import pkgutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 OUTPUT_LIMIT = 16_384      # bytes of the student's stdout/stderr kept per test
 FILE_SIZE_LIMIT = 1 << 30  # no file the worker writes (its captured output included) may exceed 1 GiB
+MEMORY_LIMIT = 8 << 30     # default data-segment limit of a worker (--memory-limit)
+STARTUP_SECONDS = 300      # for a worker to start, before the student's file is imported
+PROCESS_LIMIT = 1024       # processes and threads the sandbox user may run at once
+SANDBOX_USER = "llama-course-student"  # used where per-run user ids are not available
+UID_BASE = 1_500_000_000  # + the grader's pid: each grader run's own unprivileged user id
+TAMPERED = "<the grader's checks>"  # recorded when student code replaces the call watcher
 
 
 class StudentCodeError(Exception):
@@ -61,16 +88,123 @@ class StudentCrash(StudentCodeError):
     """The worker process running the student's code died."""
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """How a worker is confined: the user it runs as (None: the grader's own), the paths hidden
+    from it, and its memory limit in bytes (0: none)."""
+
+    uid: int | None = None
+    gid: int | None = None
+    hide: tuple[str, ...] = ()
+    memory_limit: int = MEMORY_LIMIT
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing the confinement (the grader, once)
+# --------------------------------------------------------------------------------------------
+
+def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
+            same_user: bool = False) -> tuple[Confinement, list[str]]:
+    """The strongest confinement this machine allows, and warnings about what is missing.
+
+    As root: a user id of this grader run's own (UID_BASE + the grader's pid: no other process,
+    no other grader run, no file uses it), else the named user SANDBOX_USER (created if missing)."""
+    hide = [str(p) for p in hide if os.path.lexists(p)]
+    if same_user or not sys.platform.startswith("linux") or os.geteuid() != 0:
+        why = "--same-user was given" if same_user else "the grader is not running as root"
+        return Confinement(memory_limit=memory_limit), [
+            f"student code runs as your own user ({why}): it can read your files (the key included) "
+            f"and signal the grader. That is fine for checking your own work; grade other people's "
+            f"code as root (e.g. in a container or with sudo), where it runs as an unprivileged user."]
+    uid = UID_BASE + os.getpid()
+    namespaces, switch = _probe(uid)
+    uid, gid = (uid, uid) if switch else ensure_user(SANDBOX_USER)
+    end_processes_of(uid)  # leftovers of an earlier, killed run with the same id
+    warnings = []
+    if hide and not namespaces:
+        warnings.append(f"this machine does not allow mount namespaces, so {', '.join(hide)} stay readable "
+                        f"by student code; remove them from the grading machine or `chmod o-rwx` them")
+        hide = []
+    return Confinement(uid, gid, tuple(hide), memory_limit), warnings
+
+
+def ensure_user(name: str) -> tuple[int, int]:
+    """(uid, gid) of the sandbox user, created (system user, no home, no login) if missing."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                        "--shell", "/usr/sbin/nologin", "--user-group", name],
+                       check=True, capture_output=True)
+        entry = pwd.getpwnam(name)
+    if entry.pw_uid == 0:
+        raise RuntimeError(f"the sandbox user {name} has uid 0")
+    return entry.pw_uid, entry.pw_gid
+
+
+def _probe(uid: int) -> tuple[bool, bool]:
+    """(mount namespaces work, a process can switch to ``uid``), tried in throwaway processes."""
+    unshare = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x20000) != 0)"
+    switch = f"import os; os.setgroups([]); os.setgid({uid}); os.setuid({uid})"
+    return tuple(subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+                 for code in (unshare, switch))
+
+
+def end_processes_of(uid: int, rounds: int = 100) -> None:
+    """Kill every process of ``uid`` (never 0), repeating until none is left (forks included)."""
+    if not uid:
+        raise ValueError("refusing to kill the processes of root")
+    for _ in range(rounds):
+        pids = _live_pids_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    raise RuntimeError(f"could not end the processes of uid {uid}: {_live_pids_of(uid)}")
+
+
+def _live_pids_of(uid: int) -> list[int]:
+    """Processes whose real or effective uid is ``uid``, zombies excluded."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as handle:
+                status = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:
+            continue
+        uids = status.get("Uid", "").split()
+        if str(uid) in uids[:2] and not status.get("State", "").strip().startswith(("Z", "X")):
+            pids.append(int(entry.name))
+    return pids
+
+
 # --------------------------------------------------------------------------------------------
 # The grader's side
 # --------------------------------------------------------------------------------------------
 
+def _teaching_modules() -> list[str]:
+    """Every course module except the grading tools (imported by the worker before student code)."""
+    import llama_course
+
+    names = ["llama_course"]
+    for info in pkgutil.walk_packages(llama_course.__path__, "llama_course."):
+        if not info.name.startswith("llama_course.grade"):
+            names.append(info.name)
+    return names
+
+
 def _context():
-    # forkserver: a clean server process with torch already imported forks each worker in
-    # milliseconds. Where fork is unsafe (macOS, Windows), spawn a fresh interpreter instead.
+    # forkserver: a clean server process with torch and the package already imported forks each
+    # worker in milliseconds. Where fork is unsafe (macOS, Windows), spawn a fresh interpreter.
     if sys.platform.startswith("linux"):
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "llama_course.grade.sandbox"])
+        ctx.set_forkserver_preload(["torch", "llama_course.grade.sandbox", *_teaching_modules()])
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -88,21 +222,33 @@ def _main_module_hidden():
 
 
 class Sandbox:
-    """One worker process serving one student file until ``close()`` or its deadline."""
+    """One worker process serving one student file until ``close()`` or its deadline.
 
-    def __init__(self, path: str | os.PathLike, timeout: float = 60.0):
+    ``watch``: names of package functions/classes (``softmax``, ``KVCache``,
+    ``BPETokenizer.encode``) whose use by the student's code is recorded in ``touched``."""
+
+    def __init__(self, path: str | os.PathLike, timeout: float = 60.0, confinement: Confinement | None = None,
+                 watch: tuple[str, ...] = (), hung: set[str] = frozenset()):
         self.path = Path(path).resolve()
         if not self.path.is_file():
             raise FileNotFoundError(f"no such student file: {self.path}")
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
+        self.confinement = confinement or Confinement()
         self.output = ""
+        self.touched: list[str] = []
+        self.hung, self.last_name = hung, None  # functions that timed out before; the last one asked for
+        self.timed_out = self.import_timed_out = False
+        self._ready = False
+        self._load_error = None
         self._dead: str | None = None
         self._workdir = tempfile.TemporaryDirectory(prefix="llama-course-student-")
+        if self.confinement.uid is not None:
+            os.chown(self._workdir.name, self.confinement.uid, self.confinement.gid)
         ctx = _context()
         self._conn, child_conn = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child_conn, str(self.path), self._workdir.name),
-                                    daemon=True)
+        self._process = ctx.Process(target=_serve, daemon=True,
+                                    args=(child_conn, str(self.path), self._workdir.name, self.confinement, watch))
         with _main_module_hidden():
             self._process.start()
         child_conn.close()
@@ -112,22 +258,57 @@ class Sandbox:
         """Send one request to the worker and return its decoded answer (or raise its error)."""
         if self._dead:
             raise StudentCrash(self._dead)
-        try:
-            self._conn.send_bytes(_PersistentPickler.dumps(message))
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0 or not self._conn.poll(remaining):
-                self._kill(f"timed out: no answer within the test's {self.timeout:g} s")
-                raise StudentTimeout(self._dead)
-            kind, payload, output = _decode(self._conn.recv_bytes(), self)
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            self._process.join(1)
-            self._kill(f"the process running your code died (exit code {self._process.exitcode}); "
-                       f"did it call os._exit() or crash?")
-            raise StudentCrash(self._dead) from None
-        self.output += output
+        if not self._ready:
+            self._start()
+            kind, payload = self._receive(f"importing {self.path.name} did not finish within the test's "
+                                          f"{self.timeout:g} s: does the file run something slow or endless at "
+                                          f"import time (outside a function)?")
+            self._ready = True
+            self._load_error = payload if kind == "load_error" else None
+        if self._load_error:
+            raise _rebuild_error(*self._load_error)
+        if message[0] == "getattr" and message[1] is self.module:
+            self.last_name = message[2]
+            if message[2] in self.hung:
+                raise StudentTimeout(f"not run: your {message[2]} timed out in an earlier test of this exercise")
+        self._send(message)
+        kind, payload = self._receive(f"timed out: no answer within the test's {self.timeout:g} s")
         if kind == "ok":
             return payload
         raise _rebuild_error(*payload)
+
+    def _start(self) -> None:
+        """Wait for the worker to be up (not the student's time: the first worker also starts the
+        forkserver); the test's deadline counts from then."""
+        self.deadline = time.monotonic() + STARTUP_SECONDS
+        self._receive("grading error: the worker process did not start")
+        self.deadline = time.monotonic() + self.timeout
+
+    def _send(self, message) -> None:
+        try:
+            self._conn.send_bytes(_PersistentPickler.dumps(message))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._died()
+
+    def _receive(self, timeout_message: str):
+        remaining = self.deadline - time.monotonic()
+        try:
+            if remaining <= 0 or not self._conn.poll(remaining):
+                self.timed_out, self.import_timed_out = True, not self._ready
+                self._kill(timeout_message)
+                raise StudentTimeout(self._dead)
+            kind, payload, output, touched = _decode(self._conn.recv_bytes(), self)
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            self._died()
+        self.output += output
+        self.touched += [name for name in touched if name not in self.touched]
+        return kind, payload
+
+    def _died(self):
+        self._process.join(1)
+        self._kill(f"the process running your code died (exit code {self._process.exitcode}); "
+                   f"did it call os._exit(), crash, or run out of memory?")
+        raise StudentCrash(self._dead) from None
 
     def _kill(self, reason: str) -> None:
         self._dead = reason
@@ -138,14 +319,14 @@ class Sandbox:
                 pass
         self._process.kill()
         self._process.join(5)
+        if self.confinement.uid is not None:  # and everything else it started, setsid or not
+            end_processes_of(self.confinement.uid)
 
     def close(self) -> None:
         if not self._dead:
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.send_bytes(_EXIT)
                 self._process.join(2)
-            except OSError:
-                pass
             self._kill("closed")
         self._conn.close()
         self._workdir.cleanup()
@@ -209,8 +390,8 @@ class _PersistentPickler(pickle.Pickler):
 
 def _decode(data: bytes, sandbox: Sandbox):
     """Decode an answer: weights_only torch.load (no code runs), then handles become Remotes."""
-    kind, payload, output = torch.load(io.BytesIO(data), weights_only=True)
-    return kind, _to_remote(payload, sandbox), output
+    kind, payload, output, touched = torch.load(io.BytesIO(data), weights_only=True)
+    return kind, _to_remote(payload, sandbox), output, [str(name) for name in touched]
 
 
 def _to_remote(value, sandbox):
@@ -232,7 +413,8 @@ def _rebuild_error(type_name: str, message: str, student_traceback: str) -> Base
             error = StudentCodeError(f"{type_name}: {message}")
     else:
         error = StudentCodeError(f"{type_name}: {message}")
-    error.__notes__ = [f"in your code:\n{student_traceback}"]
+    if student_traceback:
+        error.__notes__ = [f"in your code:\n{student_traceback}"]
     return error
 
 
@@ -243,39 +425,107 @@ def _rebuild_error(type_name: str, message: str, student_traceback: str) -> Base
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
 
 
-def _serve(conn, path: str, workdir: str) -> None:
-    """Worker main loop: import the student's file, then answer requests until 'exit'."""
+def _serve(conn, path: str, workdir: str, confinement: Confinement, watch: tuple[str, ...]) -> None:
+    """Worker main: confine this process, import the student's file, answer requests until 'exit'."""
+    try:
+        _confine(workdir, confinement)
+    except BaseException as err:  # never run student code unconfined
+        _send(conn, ("load_error", _describe(err, "grading error: could not set up the sandbox: "), "", []))
+        return
+    capture = _OutputCapture(workdir)
+    watcher = _Watcher(watch)
+    _send(conn, ("started", None, "", []))
+    objects: dict[int, object] = {}
+    load_error = _import_student(path, objects)
+    _send(conn, ("load_error", load_error, capture.read(), watcher.report()) if load_error
+          else ("ready", None, capture.read(), watcher.report()))
+    while load_error is None:
+        try:
+            data = conn.recv_bytes()
+        except EOFError:
+            return
+        if data == _EXIT:
+            return
+        _send(conn, _answer(data, objects, capture, watcher))
+
+
+def _confine(workdir: str, confinement: Confinement) -> None:
+    """Own session, hidden paths, resource limits, then the sandbox user (fails closed)."""
     if hasattr(os, "setsid"):
         os.setsid()
+    if confinement.hide:
+        _hide(confinement.hide)
+    _limit("RLIMIT_FSIZE", FILE_SIZE_LIMIT)
+    _limit("RLIMIT_CORE", 0)
+    if confinement.memory_limit:
+        _limit("RLIMIT_DATA", confinement.memory_limit)
     os.chdir(workdir)
-    try:
-        import resource
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
-    except (ImportError, ValueError, OSError):
-        pass
-    capture = tempfile.TemporaryFile(dir=workdir)
-    sys.stdout.flush(), sys.stderr.flush()
-    os.dup2(capture.fileno(), 1)
-    os.dup2(capture.fileno(), 2)
-    sent = 0
+    os.environ.update(HOME=workdir, TMPDIR=workdir)
+    tempfile.tempdir = workdir
+    if confinement.uid is not None:
+        _limit("RLIMIT_NPROC", PROCESS_LIMIT)
+        os.setgroups([])
+        os.setgid(confinement.gid)
+        os.setuid(confinement.uid)
+        if os.getuid() != confinement.uid or os.geteuid() != confinement.uid:
+            raise RuntimeError("could not drop privileges")
 
-    def output() -> str:
-        nonlocal sent
+
+def _limit(name: str, value: int) -> None:
+    import resource
+
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _hide(paths: tuple[str, ...]) -> None:
+    """In a new mount namespace, cover each path with an empty, unreadable tmpfs (a folder) or
+    /dev/null (a file). Raises if the kernel refuses: the worker must not run uncovered."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_rdonly, ms_nosuid, ms_nodev, ms_bind, ms_rec, ms_private = 1, 2, 4, 4096, 16384, 1 << 18
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            raise OSError(ctypes.get_errno(), f"sandbox: {what} failed")
+
+    check(libc.unshare(0x20000), "unshare(CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, ms_rec | ms_private, None), "making mounts private")
+    for path in paths:
+        target = path.encode()
+        if os.path.isdir(path):
+            check(libc.mount(b"tmpfs", target, b"tmpfs", ms_rdonly | ms_nosuid | ms_nodev, b"size=4k,mode=000"),
+                  f"hiding {path}")
+        else:
+            check(libc.mount(b"/dev/null", target, None, ms_bind, None), f"hiding {path}")
+
+
+class _OutputCapture:
+    """The worker's stdout and stderr, redirected into a file; read back at most OUTPUT_LIMIT."""
+
+    def __init__(self, workdir: str):
+        self.file = tempfile.TemporaryFile(dir=workdir)
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(self.file.fileno(), 1)
+        os.dup2(self.file.fileno(), 2)
+        self.sent = 0
+
+    def read(self) -> str:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
-        size = os.fstat(capture.fileno()).st_size
-        data = os.pread(capture.fileno(), max(0, OUTPUT_LIMIT - sent), sent) if sent < OUTPUT_LIMIT else b""
-        sent += len(data)
+        size = os.fstat(self.file.fileno()).st_size
+        if self.sent >= OUTPUT_LIMIT:
+            return ""
+        data = os.pread(self.file.fileno(), OUTPUT_LIMIT - self.sent, self.sent)
+        self.sent += len(data)
         text = data.decode("utf-8", "replace")
-        if size > OUTPUT_LIMIT and sent >= OUTPUT_LIMIT:
+        if size > OUTPUT_LIMIT and self.sent >= OUTPUT_LIMIT:
             text += f"\n[... {size - OUTPUT_LIMIT} more bytes of output not shown]"
-            sent = size + 1  # report the cut once
         return text
 
-    objects: dict[int, object] = {}
+
+def _import_student(path: str, objects: dict[int, object]):
+    """Import the student's file as objects[0]; return None, or the error's description."""
     try:
         sys.path.insert(0, str(Path(path).parent))
         spec = importlib.util.spec_from_file_location(Path(path).stem, path)
@@ -283,48 +533,110 @@ def _serve(conn, path: str, workdir: str) -> None:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         objects[0] = module
-        load_error = None
+        return None
     except BaseException as err:  # SyntaxError, ImportError, even SystemExit at import time
-        load_error = _describe(err, f"could not import {Path(path).name}: ")
+        return _describe(err, f"could not import {Path(path).name}: ")
 
-    def unpickle(data: bytes):
+
+def _answer(data: bytes, objects: dict[int, object], capture: _OutputCapture, watcher: _Watcher):
+    """Perform one request; the answer (kind, payload, output, package names the code touched)."""
+    try:
         unpickler = pickle.Unpickler(io.BytesIO(data))
         unpickler.persistent_load = lambda pid: objects[pid[1]]
-        return unpickler.load()
+        result = _perform(*unpickler.load())
+        answer = ("ok", _pack(result, objects), capture.read(), watcher.report())
+    except BaseException as err:  # the student's exception, SystemExit and KeyboardInterrupt too
+        answer = ("error", _describe(err), capture.read(), watcher.report())
+    return answer
 
-    while True:
-        try:
-            data = conn.recv_bytes()
-        except EOFError:
-            return
-        try:
-            if load_error is not None:
-                if data == _EXIT:
-                    return
-                raise _LoadError(load_error)
-            message = unpickle(data)
-            if message[0] == "exit":
-                return
-            result = _perform(*message)
-            answer = ("ok", _pack(result, objects), output())
-        except _LoadError as err:
-            answer = ("error", err.args[0], output())
-        except BaseException as err:  # the student's exception, SystemExit and KeyboardInterrupt too
-            answer = ("error", _describe(err), output())
+
+def _send(conn, answer) -> None:
+    buffer = io.BytesIO()
+    try:
+        torch.save(answer, buffer)
+    except Exception as err:
         buffer = io.BytesIO()
-        try:
-            torch.save(answer, buffer)
-        except Exception as err:
-            buffer = io.BytesIO()
-            torch.save(("error", _describe(err, "could not send the result back: "), output()), buffer)
-        conn.send_bytes(buffer.getvalue())
+        torch.save(("error", _describe(err, "could not send the result back: "), *answer[2:]), buffer)
+    conn.send_bytes(buffer.getvalue())
 
 
 _EXIT = _PersistentPickler.dumps(("exit",))
 
 
-class _LoadError(Exception):
-    pass
+class _Watcher:
+    """Records which watched package functions run on behalf of the student's code: a call of a
+    watched function whose callers up the stack include no other package code (the package
+    calling its own helpers, e.g. a model the test passed in, does not count)."""
+
+    def __init__(self, watch: tuple[str, ...]):
+        self.touched: list[str] = []
+        self.watched: dict[int, str] = {}
+        self.package: set[int] = set()
+        if not watch:
+            return
+        for module in _loaded_teaching_modules():
+            self._index(module, set(watch))
+        self.hook = self._profile
+        sys.setprofile(self.hook)
+        threading.setprofile(self.hook)
+
+    def _index(self, module, watch: set[str]) -> None:
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            for qualname, code in _codes_of(name, value):
+                self.package.add(id(code))
+                for entry in (qualname, qualname.split(".")[0]):
+                    if entry in watch:
+                        self.watched[id(code)] = entry
+
+    def _profile(self, frame, event, arg):
+        if event == "call":
+            name = self.watched.get(id(frame.f_code))
+            if name is not None and name not in self.touched and self._for_student(frame.f_back):
+                self.touched.append(name)
+        elif event == "c_call" and arg in (sys.setprofile, sys.settrace, threading.setprofile):
+            self._tampered()
+
+    def _for_student(self, frame) -> bool:
+        while frame is not None:
+            if id(frame.f_code) in self.package:
+                return False
+            frame = frame.f_back
+        return True
+
+    def _tampered(self) -> None:
+        if TAMPERED not in self.touched:
+            self.touched.append(TAMPERED)
+
+    def report(self) -> list[str]:
+        if self.watched and sys.getprofile() != self.hook:
+            self._tampered()
+        return list(self.touched)
+
+
+def _loaded_teaching_modules():
+    return [m for name, m in list(sys.modules.items()) if isinstance(m, types.ModuleType)
+            and name.partition(".")[0] == "llama_course" and not name.startswith("llama_course.grade")]
+
+
+def _codes_of(name: str, value):
+    """(qualified name, code object) of a function, or of every method of a class, nested code too."""
+    functions = []
+    if isinstance(value, types.FunctionType):
+        functions = [(name, value)]
+    elif isinstance(value, type):
+        for attr, member in vars(value).items():
+            member = getattr(member, "__func__", member)
+            member = getattr(member, "fget", member)
+            if isinstance(member, types.FunctionType):
+                functions.append((f"{name}.{attr}", member))
+    for qualname, function in functions:
+        stack = [function.__code__]
+        while stack:
+            code = stack.pop()
+            yield qualname, code
+            stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
 
 
 def _perform(op: str, target, *args):
@@ -350,6 +662,10 @@ def _describe(err: BaseException, prefix: str = "") -> tuple[str, str, str]:
     if isinstance(err, SystemExit):
         message = f"your code called sys.exit({err.code!r})"
         name = "SystemExit"
+    elif isinstance(err, SyntaxError):
+        message = f"{err.msg} ({Path(err.filename or '?').name}, line {err.lineno})"
+        if err.text:
+            message += f"\n    {err.text.rstrip()}"
     else:
         message = str(err)
     return name, prefix + message, "".join(traceback.format_list(frames[-8:]))
