@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from llama_course.device import available_devices
+
 REPO = Path(__file__).resolve().parents[2]
 _NAMED = {"solutions": REPO / "solutions", "exercises": REPO / "exercises"}
 SANDBOX = pytest.StashKey()
@@ -126,14 +128,6 @@ def reference_names(label: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
-def available_devices() -> list[str]:
-    """cpu, then every accelerator this machine has."""
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices.append("cuda")
-    if torch.backends.mps.is_available():
-        devices.append("mps")
-    return devices
 
 
 @pytest.fixture(params=available_devices())
