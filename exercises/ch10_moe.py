@@ -33,3 +33,42 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int) -> torch.Tens
     all tokens pooled):  E * sum_e f_e * P_e, where f_e = (top-k assignments to expert e) / N
     (so sum_e f_e = k) and P_e = the mean softmax probability of expert e."""
     raise NotImplementedError('Exercise 10.3 load_balancing_loss (Chapter 10, section 10.5 "Load balancing"): not implemented yet')
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def expert_choice_moe(x: torch.Tensor, gate_weight: torch.Tensor, experts: list, capacity: int) -> torch.Tensor:
+    """Expert-choice routing (Zhou et al. 2022): the EXPERTS pick their tokens.
+
+    x (N, d); gate_weight (E, d); experts a list of E tuples (w_gate, w_up, w_down) of SwiGLU
+    weights in the layout of Exercise 10.2. Let P = softmax over experts of x gate_weight^T, in
+    float32 (N, E). Expert e takes the ``capacity`` tokens with the largest P[:, e] (ties: the lower
+    token index), runs once on them, and adds P[n, e] * expert_e(x[n]) to token n's output. A token
+    may be chosen by several experts or by none (its output row is then zero). Return (N, d) in x's
+    dtype. capacity not in [1, N] -> ValueError naming capacity.
+
+    Example: N = 2 tokens, E = 2 experts, capacity 1: if both experts prefer token 0
+    (P[0, 0] > P[1, 0] and P[0, 1] > P[1, 1]), token 0 gets both experts and token 1 gets zeros.
+    """
+    raise NotImplementedError('Homework 10.A expert_choice_moe (Chapter 10, beyond section 10.3 "Dispatch and combine"): not implemented yet')
+
+
+def priority_dispatch(weights: torch.Tensor, indices: torch.Tensor, n_experts: int, capacity: int):
+    """Capacity-limited dispatch with "batch prioritized routing" (Riquelme et al. 2021): when an
+    expert's buffer of ``capacity`` slots is too small, the assignments with the largest routing
+    weights get in, not the first tokens.
+
+    weights (N, k) float and indices (N, k) integers are the output of route_topk. Serve the N*k
+    assignments in order of decreasing weight (ties: the lower token index first, then the lower
+    column j); each gets the next free slot 0, 1, ... of its expert, or is dropped once the expert
+    has ``capacity`` of them. Return (slots, dropped): slots (N, k) int64 on indices' device,
+    the slot of each assignment or -1 when dropped, and dropped, a Python int counting them.
+    ValueError naming capacity if capacity < 0.
+
+    Example: weights [[0.6, 0.4], [0.9, 0.1]], indices [[0, 1], [0, 1]], 2 experts, capacity 1:
+    expert 0 serves token 1 first (0.9 > 0.6) and expert 1 serves token 0 (0.4 > 0.1), so
+    slots == [[-1, 0], [0, -1]] and dropped == 2.
+    """
+    raise NotImplementedError('Homework 10.B priority_dispatch (Chapter 10, beyond section 10.7 "Beyond Mixtral"): not implemented yet')
