@@ -54,8 +54,12 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BP
 def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None) -> list:
     """Token ids of ``text`` under a trained vocabulary.
 
-    Cut out special tokens (each becomes its own id), split the rest into pre-tokens, and in each
-    pre-token start from its bytes and apply the merges in the order they were learned.
+    vocab {id: bytes} and merges [(bytes, bytes), ...] as train_bpe returns them (tokenizer.vocab,
+    tokenizer.merges). special_tokens is a list or tuple of str; wherever one occurs in the text it
+    becomes ONE id, the id whose bytes in ``vocab`` are its UTF-8 encoding (train_bpe put those
+    ids after the merges); the longest special token wins where two overlap. Split the rest into
+    pre-tokens with ``regex.findall(pattern or GPT2_PATTERN, part)``, and in each pre-token start
+    from its bytes and apply the merges in the order they were learned (lowest merge number first).
     """
     raise NotImplementedError('Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding"): not implemented yet')
 
@@ -69,15 +73,21 @@ def decode(ids: list, vocab: dict) -> str:
 
 
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d)."""
+    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d), in weight's
+    dtype and device.
+
+    An id outside [0, vocab) raises ValueError naming token_ids (a negative id must NOT silently
+    pick a row from the end, as Python indexing would).
+    """
     raise NotImplementedError('Exercise 2.6 embed (Chapter 2, section 2.8 "From ids to vectors"): not implemented yet')
 
 
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting token_ids[:, t + 1] from logits[:, t].
 
-    logits (batch, seq, vocab), token_ids (batch, seq). Compute log-softmax stably (subtract the
-    row maximum) in float32 and return a scalar.
+    logits (batch, seq, vocab) of any float dtype, token_ids (batch, seq). Compute log-softmax
+    stably (subtract the row maximum) in float32 (float64 stays float64) and return a 0-dim tensor
+    in that dtype.
     """
     raise NotImplementedError('Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss"): not implemented yet')
 

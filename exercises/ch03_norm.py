@@ -57,8 +57,8 @@ def rms_norm_backward(x: torch.Tensor, weight: torch.Tensor, grad_out: torch.Ten
     torch.autograd.gradcheck.
 
     Example: x = [[3., 4.]], weight = [1., 1.], grad_out = [[1., 0.]], eps = 0: r = 1/sqrt(12.5),
-    grad_weight = [3r, 4r] = [0.8485, 1.1314] and grad_x = r * ([1, 0] - 3r^2 [3, 4]/2)
-    = [0.0905, -0.1086].
+    x_hat = [0.8485, 1.1314], grad_weight = [0.8485, 0] and
+    grad_x = r * ([1, 0] - x_hat * 0.8485 / 2) = [0.1810, -0.1358].
     """
     raise NotImplementedError('Homework 3.A rms_norm_backward (Chapter 3, beyond section 3.2 "LayerNorm and RMSNorm"): not implemented yet')
 

@@ -42,7 +42,7 @@ def swiglu_backward(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w
 
     Example (d_model = d_ff = 1): x = [[1.]], w_gate = w_up = w_down = [[1.]], grad_out = [[1.]]:
     y = SiLU(1) * 1 = 0.7311, so grad_w_down = 0.7311,
-    grad_w_up = 0.7311, grad_w_gate = SiLU'(1) = 0.9277, grad_x = 0.7311 + 0.9277 = 1.6588.
+    grad_w_up = 0.7311, grad_w_gate = SiLU'(1) = 0.9277, grad_x = 0.7311 + 0.9277 = 1.6587 (to 4 places).
     """
     raise NotImplementedError('Homework 6.A swiglu_backward (Chapter 6, beyond section 6.4 "SwiGLU"): not implemented yet')
 

@@ -95,8 +95,12 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BP
 def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None) -> list:
     """Token ids of ``text`` under a trained vocabulary.
 
-    Cut out special tokens (each becomes its own id), split the rest into pre-tokens, and in each
-    pre-token start from its bytes and apply the merges in the order they were learned.
+    vocab {id: bytes} and merges [(bytes, bytes), ...] as train_bpe returns them (tokenizer.vocab,
+    tokenizer.merges). special_tokens is a list or tuple of str; wherever one occurs in the text it
+    becomes ONE id, the id whose bytes in ``vocab`` are its UTF-8 encoding (train_bpe put those
+    ids after the merges); the longest special token wins where two overlap. Split the rest into
+    pre-tokens with ``regex.findall(pattern or GPT2_PATTERN, part)``, and in each pre-token start
+    from its bytes and apply the merges in the order they were learned (lowest merge number first).
     """
     # BEGIN SOLUTION Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding")
     pattern = pattern or GPT2_PATTERN
@@ -147,8 +151,16 @@ def decode(ids: list, vocab: dict) -> str:
 
 
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d)."""
+    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d), in weight's
+    dtype and device.
+
+    An id outside [0, vocab) raises ValueError naming token_ids (a negative id must NOT silently
+    pick a row from the end, as Python indexing would).
+    """
     # BEGIN SOLUTION Exercise 2.6 embed (Chapter 2, section 2.8 "From ids to vectors")
+    bad = token_ids[(token_ids < 0) | (token_ids >= weight.shape[0])]
+    if bad.numel():
+        raise ValueError(f"token_ids must be in [0, {weight.shape[0]}), got {int(bad[0])}")
     return weight[token_ids]
     # END SOLUTION
 
@@ -156,11 +168,13 @@ def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting token_ids[:, t + 1] from logits[:, t].
 
-    logits (batch, seq, vocab), token_ids (batch, seq). Compute log-softmax stably (subtract the
-    row maximum) in float32 and return a scalar.
+    logits (batch, seq, vocab) of any float dtype, token_ids (batch, seq). Compute log-softmax
+    stably (subtract the row maximum) in float32 (float64 stays float64) and return a 0-dim tensor
+    in that dtype.
     """
     # BEGIN SOLUTION Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss")
-    z = logits[:, :-1].float()
+    z = logits[:, :-1]
+    z = z.double() if z.dtype == torch.float64 else z.float()
     z = z - z.amax(dim=-1, keepdim=True)
     log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)
     targets = token_ids[:, 1:].long().unsqueeze(-1)
