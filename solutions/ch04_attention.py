@@ -47,6 +47,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
     q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v); works for 3-D and 4-D inputs. ``mask`` is
     boolean and broadcasts to (..., L_q, L_k). A query whose keys are all masked returns zeros.
+    Return (..., L_q, d_v) in q's dtype (run the softmax in float32 for half-precision inputs).
     """
     # BEGIN SOLUTION Exercise 4.3 scaled_dot_product_attention (Chapter 4, section 4.2 "Scaled dot-product attention")
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -76,8 +77,9 @@ def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
                          w_o: torch.Tensor, n_heads: int, mask: torch.Tensor = None) -> torch.Tensor:
     """Multi-head self-attention from weight matrices (nn.Linear layout, no biases).
 
-    x (B, T, D); w_q, w_k, w_v, w_o (D, D). Project, split into n_heads, attend with ``mask``
-    (None means causal), merge, and apply w_o. Returns (B, T, D).
+    x (B, T, D); w_q, w_k, w_v, w_o (D, D), applied as x @ w.T. Project, split into n_heads, attend
+    with ``mask`` (boolean, True = may attend, broadcastable to (B, H, T, T); None means causal),
+    merge, and apply w_o. Returns (B, T, D) in x's dtype.
     """
     # BEGIN SOLUTION Exercise 4.6 multi_head_attention (Chapter 4, section 4.6 "Multi-head attention")
     q = split_heads(x @ w_q.T, n_heads)
