@@ -38,8 +38,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
         cos, sin = cos[:, None], sin[:, None]                # (batch, 1, seq, d/2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
-        raise NotImplementedError('Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features"): not implemented yet')
-    raise NotImplementedError('Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
+        raise NotImplementedError('Exercise 5.2 apply_rope (interleaved) (Chapter 5, section 5.3 "Rotating pairs of features"): not implemented yet')
+    raise NotImplementedError('Exercise 5.3 apply_rope (half) (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
 
 
 def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:

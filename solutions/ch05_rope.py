@@ -38,14 +38,14 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
         cos, sin = cos[:, None], sin[:, None]                # (batch, 1, seq, d/2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
-        # BEGIN SOLUTION Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features")
+        # BEGIN SOLUTION Exercise 5.2 apply_rope (interleaved) (Chapter 5, section 5.3 "Rotating pairs of features")
         a, b = x[..., 0::2], x[..., 1::2]
         out = torch.empty_like(x)
         out[..., 0::2] = a * cos - b * sin
         out[..., 1::2] = a * sin + b * cos
         return out
         # END SOLUTION
-    # BEGIN SOLUTION Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts")
+    # BEGIN SOLUTION Exercise 5.3 apply_rope (half) (Chapter 5, section 5.7 "Two layouts")
     half = x.shape[-1] // 2
     a, b = x[..., :half], x[..., half:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
