@@ -20,7 +20,9 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     """SwiGLU(x) = W_down( SiLU(W_gate x) * (W_up x) ).
 
-    x (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff). No biases.
+    x (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff) -- nn.Linear's
+    (out_features, in_features) layout, so W_gate x is x @ w_gate.T. No biases. Return
+    (..., d_model) in x's dtype.
     """
     # BEGIN SOLUTION Exercise 6.2 swiglu (Chapter 6, section 6.4 "SwiGLU")
     return (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
