@@ -52,14 +52,26 @@ def decode_step(model, token_ids: torch.Tensor, cache) -> torch.Tensor:
 
 def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """Greedy decoding with your KVCache: one prefill, then one decode step per new token, always
-    taking the most likely token. Return the prompt followed by the new tokens, (batch, T + n)."""
+    taking the most likely token (argmax; ties: the lowest id). Return the prompt followed by the
+    new tokens, (batch, T + n), on input_ids' device.
+
+    Build the cache from ``model.config`` (its n_layers, n_kv_heads and head_dim), for
+    input_ids.shape[0] rows and T + max_new_tokens positions, on input_ids' device and in the dtype
+    of the model's parameters (a bfloat16 model needs a bfloat16 cache).
+    """
     raise NotImplementedError('Exercise 8.3 greedy_generate (Chapter 8, section 8.3 "The decode loop"): not implemented yet')
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filtering: keep the smallest set of most likely tokens whose probabilities add up to
     at least ``top_p``; set every other logit to -inf. Always keep the most likely token.
-    logits (..., vocab); return the same shape."""
+
+    Precisely: order the tokens by decreasing probability, equal probabilities by increasing token
+    id (a stable sort); a token is kept exactly when the total probability of the tokens BEFORE it
+    in that order is < top_p. So with top_p = 0.5 and four equally likely tokens, tokens 0 and 1 are
+    kept (mass before token 2 is exactly 0.5). logits (..., vocab); return the same shape, dtype and
+    device.
+    """
     raise NotImplementedError('Exercise 8.4 top_p_filter (Chapter 8, section 8.4 "Sampling"): not implemented yet')
 
 

@@ -61,7 +61,13 @@ def decode_step(model, token_ids: torch.Tensor, cache) -> torch.Tensor:
 
 def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """Greedy decoding with your KVCache: one prefill, then one decode step per new token, always
-    taking the most likely token. Return the prompt followed by the new tokens, (batch, T + n)."""
+    taking the most likely token (argmax; ties: the lowest id). Return the prompt followed by the
+    new tokens, (batch, T + n), on input_ids' device.
+
+    Build the cache from ``model.config`` (its n_layers, n_kv_heads and head_dim), for
+    input_ids.shape[0] rows and T + max_new_tokens positions, on input_ids' device and in the dtype
+    of the model's parameters (a bfloat16 model needs a bfloat16 cache).
+    """
     # BEGIN SOLUTION Exercise 8.3 greedy_generate (Chapter 8, section 8.3 "The decode loop")
     dtype = next(model.parameters()).dtype
     cache = KVCache(model.config, input_ids.shape[0], input_ids.shape[1] + max_new_tokens,
@@ -79,10 +85,16 @@ def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int) -> torc
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filtering: keep the smallest set of most likely tokens whose probabilities add up to
     at least ``top_p``; set every other logit to -inf. Always keep the most likely token.
-    logits (..., vocab); return the same shape."""
+
+    Precisely: order the tokens by decreasing probability, equal probabilities by increasing token
+    id (a stable sort); a token is kept exactly when the total probability of the tokens BEFORE it
+    in that order is < top_p. So with top_p = 0.5 and four equally likely tokens, tokens 0 and 1 are
+    kept (mass before token 2 is exactly 0.5). logits (..., vocab); return the same shape, dtype and
+    device.
+    """
     # BEGIN SOLUTION Exercise 8.4 top_p_filter (Chapter 8, section 8.4 "Sampling")
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+    probs = sorted_logits.float().softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs
     remove_sorted = before >= top_p
     remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
