@@ -14,17 +14,20 @@ from llama_course.ffn import swiglu
 
 
 def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True):
-    """From router logits (N, E): softmax in float32, take the top_k experts of every token, and
-    (if normalize) divide their weights by their sum. Return (weights (N, k) float32, indices (N, k)).
-    Raise ValueError naming top_k if it is not in [1, E]."""
+    """From router logits (N, E) of any float dtype: softmax in float32, take the top_k experts of
+    every token (largest first), and (if normalize) divide their weights by their sum. Return
+    (weights (N, k) float32 -- whatever the logits' dtype --, indices (N, k) int64), on the logits'
+    device. Raise ValueError naming top_k if it is not in [1, E]."""
     raise NotImplementedError('Exercise 10.1 route_topk (Chapter 10, section 10.2 "The router"): not implemented yet')
 
 
 def moe_forward(x: torch.Tensor, gate_weight: torch.Tensor, experts: list, top_k: int) -> torch.Tensor:
-    """A Mixtral MoE layer: x (N, d); gate_weight (E, d); experts a list of E tuples
-    (w_gate, w_up, w_down) of SwiGLU weights. Route with route_topk (normalised), then run each
-    expert ONCE on the tokens routed to it (no Python loop over tokens), multiply by the routing
-    weights and add the results back (index_add_). Return (N, d)."""
+    """A Mixtral MoE layer: x (N, d); gate_weight (E, d), so the router logits are x @ gate_weight.T;
+    experts a list of E tuples (w_gate, w_up, w_down) of SwiGLU weights in nn.Linear's layout,
+    w_gate and w_up (d_ff, d), w_down (d, d_ff), as in Exercise 6.2. Route with route_topk
+    (normalised), then run each expert ONCE on the tokens routed to it (no Python loop over
+    tokens), multiply by the routing weights and add the results back (index_add_). Return (N, d)
+    in x's dtype."""
     raise NotImplementedError('Exercise 10.2 moe_forward (Chapter 10, section 10.3 "Dispatch and combine"): not implemented yet')
 
 
@@ -49,8 +52,8 @@ def expert_choice_moe(x: torch.Tensor, gate_weight: torch.Tensor, experts: list,
     may be chosen by several experts or by none (its output row is then zero). Return (N, d) in x's
     dtype. capacity not in [1, N] -> ValueError naming capacity.
 
-    Example: N = 2 tokens, E = 2 experts, capacity 1: if both experts prefer token 0
-    (P[0, 0] > P[1, 0] and P[0, 1] > P[1, 1]), token 0 gets both experts and token 1 gets zeros.
+    Example: N = 3 tokens, E = 2 experts, capacity 1, P = [[.5, .5], [.9, .1], [.8, .2]]: expert 0
+    takes token 1 (.9), expert 1 takes token 0 (.5), and token 2 gets a zero output row.
     """
     raise NotImplementedError('Homework 10.A expert_choice_moe (Chapter 10, beyond section 10.3 "Dispatch and combine"): not implemented yet')
 

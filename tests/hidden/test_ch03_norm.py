@@ -8,7 +8,6 @@ are folded away (Homework 3.B).
 import pytest
 import torch
 import torch.nn.functional as F
-
 from graded._checks import assert_close, assert_equal
 
 BACKWARD = "Homework 3.A rms_norm_backward"

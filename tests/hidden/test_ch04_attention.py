@@ -9,9 +9,8 @@ prefix-LM property "the prefix never sees the suffix" (Homework 4.B).
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from graded._checks import assert_close, assert_equal
+from torch import nn
 
 PACKAGE_MODULES = ["llama_course.attention"]
 

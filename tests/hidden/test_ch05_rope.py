@@ -8,7 +8,6 @@ invariant (Homework 5.B).
 
 import pytest
 import torch
-
 from graded._checks import assert_close
 
 PACKAGE_MODULES = ["llama_course.rope"]
@@ -105,7 +104,7 @@ def test_partial_rope_matches_gpt_neox(impl, device, rotary_dim):
                      rtol=0, atol=0)
     base = neox_oracle(x, positions[:1].expand(2, 6), rotary_dim, 500.0)
     assert_close(impl.apply_partial_rope(x, positions[0], rotary_dim, base=500.0), base,
-                 f"(seq,) positions and base 500 vs GPT-NeoX (speeds base^(-2k/rotary_dim))", rtol=1e-5, atol=1e-5)
+                 "(seq,) positions and base 500 vs GPT-NeoX (speeds base^(-2k/rotary_dim))", rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.graded(PARTIAL, points=2, kind="homework")

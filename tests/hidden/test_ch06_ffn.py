@@ -8,7 +8,6 @@ minus the pruned one equals the sum of the dropped units' contributions.
 import pytest
 import torch
 import torch.nn.functional as F
-
 from graded._checks import assert_close, assert_equal
 
 BACKWARD = "Homework 6.A swiglu_backward"

@@ -7,7 +7,6 @@ LlamaForCausalLM returns (output_hidden_states=True) passed through its final no
 
 import pytest
 import torch
-
 from graded._checks import assert_close
 
 transformers = pytest.importorskip("transformers")

@@ -10,7 +10,6 @@ import itertools
 
 import pytest
 import torch
-
 from graded._checks import assert_close, assert_equal
 
 PACKAGE_MODULES = ["llama_course.kv_cache", "llama_course.generate", "llama_course.cost"]

@@ -9,8 +9,8 @@ valid keys, one row at a time.
 import pytest
 import torch
 import torch.nn.functional as F
-
 from graded._checks import assert_close, assert_equal
+
 from llama_course import LlamaConfig
 from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
