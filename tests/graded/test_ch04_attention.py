@@ -124,7 +124,8 @@ def test_sdpa_returns_q_dtype(impl, device):
 def test_split_heads(impl, device):
     x = torch.arange(2 * 3 * 8, device=device).view(2, 3, 8).float()
     heads = impl.split_heads(x, 4)
-    assert heads.shape == (2, 4, 3, 2), f"split_heads((2, 3, 8), 4) has shape {tuple(heads.shape)}, expected (2, 4, 3, 2)"
+    assert heads.shape == (2, 4, 3, 2), \
+        f"split_heads((2, 3, 8), 4) has shape {tuple(heads.shape)}, expected (2, 4, 3, 2)"
     got = heads[1, 2, 0].tolist()
     assert got == x[1, 0, 4:6].tolist(), \
         f"head 2 of token 0 holds features {got}, expected features 4 and 5 ({x[1, 0, 4:6].tolist()})"

@@ -97,7 +97,7 @@ def test_greedy_matches_transformers(impl, hf_llama_and_ours):
                                  max_position_embeddings=64)
     prompt = torch.tensor([[3, 14, 15, 9, 2]])
     expected = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
-    assert expected.shape == (1, 17)
+    assert expected.shape == (1, 17), "the oracle (transformers) did not generate 12 tokens"
     assert_equal(impl.greedy_generate(ours, prompt, 12), expected,
                  "greedy_generate (prompt + 12 tokens) vs transformers' generate(do_sample=False)")
 

@@ -117,6 +117,7 @@ def test_expert_choice_worked_example(impl):
 
 @pytest.mark.graded(DISPATCH, points=1, kind="homework")
 def test_priority_dispatch_worked_example(impl):
-    slots, dropped = impl.priority_dispatch(torch.tensor([[0.6, 0.4], [0.9, 0.1]]), torch.tensor([[0, 1], [0, 1]]), 2, 1)
+    weights, indices = torch.tensor([[0.6, 0.4], [0.9, 0.1]]), torch.tensor([[0, 1], [0, 1]])
+    slots, dropped = impl.priority_dispatch(weights, indices, 2, 1)
     assert slots.tolist() == [[-1, 0], [0, -1]] and dropped == 2, \
         f"the docstring's example: got slots {slots.tolist()}, dropped {dropped}; expected [[-1, 0], [0, -1]], 2"

@@ -54,8 +54,8 @@ def bloom_slopes(n_heads):
     return alibi[:, 0, 1]                                                  # m_h * (key position 1)
 
 
-@pytest.mark.graded(ALIBI, points=3, kind="homework")
-@pytest.mark.parametrize("n_heads", [1, 2, 3, 5, 6, 8, 12, 16, 20, 32, 40])
+@pytest.mark.graded(ALIBI, points=1, kind="homework")
+@pytest.mark.parametrize("n_heads", [1, 3, 6, 8, 12, 20])
 def test_alibi_slopes_match_bloom(impl, n_heads):
     bias = impl.alibi_bias(n_heads, 4, 4, dtype=torch.float64)
     assert bias.shape == (n_heads, 4, 4), f"alibi_bias({n_heads}, 4) has shape {tuple(bias.shape)}"
@@ -94,7 +94,7 @@ def definition(prefix_lens, lengths, T):
     return out
 
 
-@pytest.mark.graded(PREFIX, points=3, kind="homework")
+@pytest.mark.graded(PREFIX, points=5, kind="homework")
 def test_prefix_lm_mask_matches_the_definition(impl, device):
     g = torch.Generator().manual_seed(0)
     for T in (1, 5, 9):
