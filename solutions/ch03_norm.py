@@ -113,7 +113,7 @@ def fold_norm_weights(state_dict: dict, n_layers: int) -> dict:
         model.norm.weight folds into lm_head.weight,
 
     each norm weight is replaced by ones (same shape, dtype and device), and every other tensor is
-    the same object as in the input. A tied checkpoint (no "lm_head.weight") gets an
+    unchanged. A tied checkpoint (no "lm_head.weight") gets an
     "lm_head.weight" of its own (the embedding times g): the embedding itself must NOT change.
     Multiply in float32 (float64 stays float64) and store in each weight's dtype.
 

