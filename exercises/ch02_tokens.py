@@ -63,8 +63,12 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BP
 def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None) -> list:
     """Token ids of ``text`` under a trained vocabulary.
 
-    Cut out special tokens (each becomes its own id), split the rest into pre-tokens, and in each
-    pre-token start from its bytes and apply the merges in the order they were learned.
+    vocab {id: bytes} and merges [(bytes, bytes), ...] as train_bpe returns them (tokenizer.vocab,
+    tokenizer.merges). special_tokens is a list or tuple of str; wherever one occurs in the text it
+    becomes ONE id, the id whose bytes in ``vocab`` are its UTF-8 encoding (train_bpe put those
+    ids after the merges); the longest special token wins where two overlap. Split the rest into
+    pre-tokens with ``regex.findall(pattern or GPT2_PATTERN, part)``, and in each pre-token start
+    from its bytes and apply the merges in the order they were learned (lowest merge number first).
     """
     raise NotImplementedError(
         'Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding")'
@@ -84,15 +88,71 @@ def decode(ids: list, vocab: dict) -> str:
 
 
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d)."""
+    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d), in weight's
+    dtype and device.
+
+    An id outside [0, vocab) raises ValueError naming token_ids (a negative id must NOT silently
+    pick a row from the end, as Python indexing would).
+    """
     raise NotImplementedError('Exercise 2.6 embed (Chapter 2, section 2.8 "From ids to vectors"): not implemented yet')
 
 
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting token_ids[:, t + 1] from logits[:, t].
 
-    logits (batch, seq, vocab), token_ids (batch, seq). Compute log-softmax stably (subtract the
-    row maximum) in float32 and return a scalar.
+    logits (batch, seq, vocab) of any float dtype, token_ids (batch, seq). Compute log-softmax
+    stably (subtract the row maximum) in float32 (float64 stays float64) and return a 0-dim tensor
+    in that dtype.
     """
     raise NotImplementedError('Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss"): not implemented yet')
-# generated stub, sha256 27800fcd28b60245613a49dae2cdfc29201d481d2411ae1e49e4edaeb0f78bfc
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def wordpiece_tokenize(word: str, vocab, unk_token: str = "[UNK]", prefix: str = "##",
+                       max_chars: int = 100) -> list:
+    """WordPiece's greedy longest-match-first split of ONE word (BERT's tokenizer, no training).
+
+    ``vocab`` is any container of strings (a set, or a dict whose keys are the tokens). From the
+    start of the word take the LONGEST piece that is in ``vocab``; every piece after the first is
+    looked up with ``prefix`` in front ("##able"). Repeat from the end of that piece. If at some
+    point no piece (not even one character) matches, the whole word becomes ``[unk_token]``
+    (never a partial split). A word longer than ``max_chars`` characters is ``[unk_token]``; the
+    empty word gives []. Characters are Python str characters (code points), not bytes.
+    ``word`` not a str -> TypeError naming ``word``.
+
+    Example, vocab = {"un", "##aff", "##able", "a", "##ff", "##a"}:
+        wordpiece_tokenize("unaffable", vocab) == ["un", "##aff", "##able"]   # "##aff" beats "##a"
+        wordpiece_tokenize("unx", vocab) == ["[UNK]"]
+    """
+    raise NotImplementedError(
+        'Homework 2.A wordpiece_tokenize (Chapter 2, beyond section 2.5 "Encoding and decoding")'
+        ': not implemented yet'
+    )
+
+
+def smoothed_next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor, smoothing: float = 0.0,
+                             ignore_index: int = -100) -> torch.Tensor:
+    """Next-token cross-entropy with label smoothing and ignored targets.
+
+    Predict token_ids[:, t + 1] from logits[:, t] as in Exercise 2.7, but the target distribution
+    puts 1 - smoothing on the true token plus smoothing / V on EVERY token (V = vocab size), so the
+    loss of one position is
+
+        (1 - smoothing) * (-log p[target]) + smoothing * mean_v(-log p[v]).
+
+    Positions whose target equals ``ignore_index`` contribute nothing and are not counted; return
+    the mean over the counted positions as a scalar (0.0, not NaN, when none is counted).
+    logits (batch, seq, V) of any float dtype; compute and return in float32 (float64 stays float64);
+    token_ids (batch, seq) integers. ``smoothing`` outside [0, 1) -> ValueError naming smoothing.
+
+    Example: with logits all equal (p = 1/V everywhere) the loss is log V for every smoothing;
+    logits [[[0, 0], [0, 0]]] with ids [[0, -100]] count no position and give 0.0.
+    """
+    raise NotImplementedError(
+        'Homework 2.B smoothed_next_token_loss (Chapter 2, beyond section 2.9 "The loss")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 02175c2966bec9ecf9e6f3a548e4010294cc2e43101b90ca77ff1f0089406112

@@ -24,7 +24,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     raise NotImplementedError('Exercise 4.1 softmax (Chapter 4, section 4.3 "Softmax"): not implemented yet')
 
 
-def causal_mask(q_len: int, kv_len: int = None, device=None) -> torch.Tensor:
+def causal_mask(q_len: int, kv_len: int | None = None, device=None) -> torch.Tensor:
     """Boolean (q_len, kv_len) mask: True where query i may attend to key j.
 
     kv_len defaults to q_len. When kv_len > q_len, the queries are the LAST q_len positions:
@@ -42,6 +42,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
     q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v); works for 3-D and 4-D inputs. ``mask`` is
     boolean and broadcasts to (..., L_q, L_k). A query whose keys are all masked returns zeros.
+    Return (..., L_q, d_v) in q's dtype (run the softmax in float32 for half-precision inputs).
     """
     raise NotImplementedError(
         'Exercise 4.3 scaled_dot_product_attention (Chapter 4, section 4.2 "Scaled dot-product attention")'
@@ -69,11 +70,60 @@ def multi_head_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, 
                          w_o: torch.Tensor, n_heads: int, mask: torch.Tensor = None) -> torch.Tensor:
     """Multi-head self-attention from weight matrices (nn.Linear layout, no biases).
 
-    x (B, T, D); w_q, w_k, w_v, w_o (D, D). Project, split into n_heads, attend with ``mask``
-    (None means causal), merge, and apply w_o. Returns (B, T, D).
+    x (B, T, D); w_q, w_k, w_v, w_o (D, D), applied as x @ w.T. Project, split into n_heads, attend
+    with ``mask`` (boolean, True = may attend, broadcastable to (B, H, T, T); None means causal),
+    merge, and apply w_o. Returns (B, T, D) in x's dtype.
     """
     raise NotImplementedError(
         'Exercise 4.6 multi_head_attention (Chapter 4, section 4.6 "Multi-head attention")'
         ': not implemented yet'
     )
-# generated stub, sha256 b6bf45d48cb6c65c6c8e3156ca2a64622eacdc624a12230b951c024fbf90781a
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def alibi_bias(n_heads: int, q_len: int, kv_len: int | None = None, device=None, dtype=torch.float32) -> torch.Tensor:
+    """ALiBi (Press et al. 2022): the (n_heads, q_len, kv_len) bias added to the attention scores
+    instead of position embeddings, bias[h, i, j] = m_h * (j - pos_i), where pos_i = kv_len - q_len + i
+    is the position of query i (as in causal_mask; kv_len defaults to q_len). It is <= 0 on the
+    keys a causal query may see; do not mask the future here (the caller's causal mask does).
+
+    The slopes m_h: for n heads with n a power of two, m_h = 2^(-8 (h + 1) / n), h = 0 .. n - 1.
+    Otherwise let c be the largest power of two below n_heads: the first c slopes are those of c
+    heads, and the remaining n_heads - c are taken from the slopes of 2c heads at even indices
+    (0, 2, 4, ...), in that order. Return ``dtype`` on ``device``. n_heads < 1 -> ValueError
+    naming n_heads.
+
+    Examples: 8 heads: slopes 1/2, 1/4, ..., 1/256. 6 heads: 1/4, 1/16, 1/64, 1/256, then 1/2, 1/8.
+    alibi_bias(1, 3)[0] == [[0, 1, 2], [-1, 0, 1], [-2, -1, 0]] * 2^-8.
+    """
+    raise NotImplementedError(
+        'Homework 4.A alibi_bias (Chapter 4, beyond section 4.4 "The causal mask")'
+        ': not implemented yet'
+    )
+
+
+def prefix_lm_mask(prefix_lens: torch.Tensor, lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The boolean (batch, seq_len, seq_len) mask of a prefix language model (T5's "prefix LM",
+    UniLM, PaLI): True where query i of row b may attend to key j.
+
+    Row b holds lengths[b] real tokens followed by right padding; its first prefix_lens[b] tokens
+    are the prefix. A real query i may attend to a real key j when j < prefix_lens[b]
+    (the prefix is bidirectional, and every later token sees all of it) or j <= i (causal). Padding
+    keys (j >= lengths[b]) are never attended, and padding query rows (i >= lengths[b]) are all False.
+    prefix_lens, lengths: integer tensors (batch,). Create the mask on prefix_lens' device.
+    ValueError naming the argument unless 0 <= prefix_lens <= lengths <= seq_len.
+
+    Example: prefix_lm_mask(tensor([2]), tensor([4]), 4)[0] ==
+        [[T, T, F, F],
+         [T, T, F, F],
+         [T, T, T, F],
+         [T, T, T, T]]
+    """
+    raise NotImplementedError(
+        'Homework 4.B prefix_lm_mask (Chapter 4, beyond section 4.4 "The causal mask")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 c20513d44122cf3c4fefce8ec0fb23d71c1f0881e9349686616713d4f6376ce1

@@ -42,11 +42,11 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
         raise NotImplementedError(
-            'Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features")'
+            'Exercise 5.2 apply_rope (interleaved) (Chapter 5, section 5.3 "Rotating pairs of features")'
             ': not implemented yet'
         )
     raise NotImplementedError(
-        'Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts")'
+        'Exercise 5.3 apply_rope (half) (Chapter 5, section 5.7 "Two layouts")'
         ': not implemented yet'
     )
 
@@ -61,4 +61,51 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
         'Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")'
         ': not implemented yet'
     )
-# generated stub, sha256 1b1e7f2b465371793ba02126f8df5bf5342327a4a65d6d1930908c05985d4219
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def apply_partial_rope(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, base: float = 10000.0,
+                       layout: str = "half") -> torch.Tensor:
+    """Partial rotary embeddings: rotate only the first ``rotary_dim`` features of each head and
+    pass the other head_dim - rotary_dim through unchanged (GPT-NeoX, GPT-J, Phi).
+
+    The rotated part is RoPE of width rotary_dim: pair k (k = 0 .. rotary_dim/2 - 1) turns by
+    position * base^(-2k / rotary_dim) -- the speeds depend on rotary_dim, not on head_dim.
+    layout="half" pairs (x_k, x_{k + rotary_dim/2}) (GPT-NeoX, Hugging Face); layout="interleaved"
+    pairs (x_{2k}, x_{2k+1}) (GPT-J). x (..., seq, head_dim); positions (seq,) or (batch, seq) for
+    x (batch, heads, seq, head_dim), as in apply_rope. Angles in float32; return x's shape, dtype and
+    device. ValueError naming rotary_dim unless it is even and 0 < rotary_dim <= head_dim, and
+    naming layout for any other layout.
+
+    Example: head_dim 4, rotary_dim 2, x = [1, 0, 5, 6] at position 1 turns the pair (1, 0) by
+    1 radian and keeps the rest: [cos 1, sin 1, 5, 6] = [0.5403, 0.8415, 5, 6] in both layouts.
+    """
+    raise NotImplementedError(
+        'Homework 5.A apply_partial_rope (Chapter 5, beyond section 5.7 "Two layouts")'
+        ': not implemented yet'
+    )
+
+
+def apply_rope_2d(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, base: float = 100.0) -> torch.Tensor:
+    """Axial 2-D RoPE for a grid of tokens (image patches): the first half of each head's features
+    encodes the row, the second half the column.
+
+    x (..., seq, head_dim) with head_dim divisible by 4; rows and cols integer tensors (seq,): token
+    t sits at (rows[t], cols[t]). Let m = head_dim / 2. Features 0 .. m-1 are rotated by rows[t] and
+    features m .. 2m-1 by cols[t], each half in the interleaved layout of Exercise 5.2 with its own
+    speeds base^(-2k / m), k = 0 .. m/2 - 1 (so both axes use the same set of speeds). Then the
+    score <R(r1, c1) q, R(r2, c2) k> depends on the positions only through (r2 - r1, c2 - c1).
+    Angles in float32; return x's shape, dtype and device. ValueError naming head_dim unless
+    head_dim % 4 == 0; ValueError naming rows/cols if they are not (seq,).
+
+    Example: head_dim 4 (m = 2, one speed, 1), x = [1, 0, 1, 0] at row 1, column 2 gives
+    [cos 1, sin 1, cos 2, sin 2] = [0.5403, 0.8415, -0.4161, 0.9093].
+    """
+    raise NotImplementedError(
+        'Homework 5.B apply_rope_2d (Chapter 5, beyond section 5.6 "Relative position")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 00507597f8bfeb2a166f0ea2167272e9144629e990c392830da1c2c21c621b43

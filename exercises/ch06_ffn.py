@@ -21,7 +21,53 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     """SwiGLU(x) = W_down( SiLU(W_gate x) * (W_up x) ).
 
-    x (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff). No biases.
+    x (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff) -- nn.Linear's
+    (out_features, in_features) layout, so W_gate x is x @ w_gate.T. No biases. Return
+    (..., d_model) in x's dtype.
     """
     raise NotImplementedError('Exercise 6.2 swiglu (Chapter 6, section 6.4 "SwiGLU"): not implemented yet')
-# generated stub, sha256 6927401c8db9cd5e577b294a244fed29c951af7ba89fe55a46aa5e1008a1f4ed
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def swiglu_backward(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+                    grad_out: torch.Tensor):
+    """The backward pass of y = SwiGLU(x) = (SiLU(x W_gate^T) * (x W_up^T)) W_down^T, by hand.
+
+    x and grad_out (..., d_model); w_gate, w_up (d_ff, d_model); w_down (d_model, d_ff) (the layout
+    of Exercise 6.2). Return (grad_x, grad_w_gate, grad_w_up, grad_w_down), the gradients of
+    sum(grad_out * y), each with the shape of its input. The weight gradients sum over every
+    leading position of x. You need SiLU'(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))). Do not use
+    torch.autograd or .backward(). Work in the inputs' dtype (float32 or float64) and device.
+
+    Example (d_model = d_ff = 1): x = [[1.]], w_gate = w_up = w_down = [[1.]], grad_out = [[1.]]:
+    y = SiLU(1) * 1 = 0.7311, so grad_w_down = 0.7311,
+    grad_w_up = 0.7311, grad_w_gate = SiLU'(1) = 0.9277, grad_x = 0.7311 + 0.9277 = 1.6587 (to 4 places).
+    """
+    raise NotImplementedError(
+        'Homework 6.A swiglu_backward (Chapter 6, beyond section 6.4 "SwiGLU")'
+        ': not implemented yet'
+    )
+
+
+def prune_ffn(w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, x_calib: torch.Tensor,
+              keep: int):
+    """Structured pruning of a SwiGLU FFN: keep the ``keep`` hidden units that matter most on
+    calibration data, and return smaller weights (w_gate', w_up', w_down') with d_ff = keep.
+
+    Hidden unit j contributes h_nj * W_down[:, j] to token n's output, where
+    h = SiLU(x W_gate^T) * (x W_up^T) (N, d_ff). Its importance is the mean size of that
+    contribution over the calibration tokens, s_j = mean_n |h_nj| * ||W_down[:, j]||_2, computed in
+    float32 (float64 stays float64). Keep the ``keep`` largest s_j (ties: the lower index first),
+    in their ORIGINAL order: rows of w_gate and w_up, columns of w_down. x_calib (..., d_model).
+    The returned weights keep the inputs' dtype and device. keep not in [1, d_ff] -> ValueError
+    naming keep.
+
+    Example (d_model = 1, d_ff = 3): w_gate = [[10], [10], [10]], w_up = [[1], [3], [2]],
+    w_down = [[1, 1, 1]], x_calib = [[1.]]: h ~ 10 * [1, 3, 2], so keep=2 keeps units 1 and 2:
+    w_gate' = [[10], [10]], w_up' = [[3], [2]], w_down' = [[1, 1]].
+    """
+    raise NotImplementedError('Homework 6.B prune_ffn (Chapter 6, beyond section 6.4 "SwiGLU"): not implemented yet')
+# generated stub, sha256 3bbada0f7e8e2edfb3233422b18741351dee411176488b9e1db81a4c932fa3a4

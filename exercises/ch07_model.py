@@ -58,4 +58,48 @@ def hf_to_course_names(state_dict: dict) -> dict:
         'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")'
         ': not implemented yet'
     )
-# generated stub, sha256 bc9bfae504a633e0255c734ca649eb70ea7b3046936de77d4a1e671dbf64b333
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def parallel_block(x: torch.Tensor, weights: dict, config: LlamaConfig, positions: torch.Tensor) -> torch.Tensor:
+    """A "parallel" block (GPT-J, PaLM, Cohere): attention and the FFN read the SAME normalised
+    input and both add to the residual stream at once,
+
+        n = RMSNorm(x),   y = x + W_O · Attention(RoPE(W_Q n), RoPE(W_K n), W_V n) + SwiGLU(n).
+
+    There is one norm ("input_layernorm.weight"; "post_attention_layernorm.weight" is absent).
+    Everything else is as in Exercise 7.1: Hugging Face's names inside one layer, RoPE layout
+    "half" with config.rope_theta, causal attention, grouped-query attention when
+    config.n_kv_heads < config.n_heads, RMSNorm with config.norm_eps. x (B, T, d); positions (T,);
+    return (B, T, d) in x's dtype.
+
+    Example: with every projection weight zero (q, k, v, o, gate, up, down) the block returns x.
+    """
+    raise NotImplementedError(
+        'Homework 7.A parallel_block (Chapter 7, beyond section 7.1 "The block")'
+        ': not implemented yet'
+    )
+
+
+def logit_lens(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig) -> torch.Tensor:
+    """The "logit lens" (nostalgebraist 2020): what the model would predict if it stopped after
+    each block. Return a tensor (n_layers + 1, B, T, vocab) whose row l is
+
+        lm_head(RMSNorm_final(h_l)),
+
+    where h_0 is the embedding of input_ids and h_l the residual stream after block l (so row
+    n_layers equals the model's logits). The state dict and config are as in Exercise 7.2
+    (Hugging Face names, "lm_head.weight" absent when the head is tied to the embedding);
+    positions are 0 .. T-1. You may use your llama_block.
+
+    Example: for a model with n_layers = 2, logit_lens(ids, sd, config)[2] == llama_forward(ids,
+    sd, config), and row 0 depends on each token alone (no attention has happened yet).
+    """
+    raise NotImplementedError(
+        'Homework 7.B logit_lens (Chapter 7, beyond section 7.2 "The whole model")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 1c96d0830c97822fb5aed733bea0e20e9abaad6d2d867fb78a93900f6aff3a2f

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch12_after_llama.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch12_after_llama.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 12 exercises: sliding windows, latent attention and DeepSeek's routing.
 
 Read Chapter 12 ("After LLaMA") first. Check yourself with
@@ -16,7 +16,10 @@ def banded_mask(q_len: int, window: int, kv_len: int | None = None, device=None)
     to key j. As in causal_mask, the queries are the LAST q_len of kv_len positions (kv_len defaults
     to q_len), so query i sits at position p = kv_len - q_len + i and sees keys p - window < j <= p.
     Create it on ``device``. ValueError naming window unless window >= 1."""
-    raise NotImplementedError('Exercise 12.1 banded_mask (Chapter 12, section 12.2 "Sliding windows"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 12.1 banded_mask (Chapter 12, section 12.2 "Sliding windows")'
+        ': not implemented yet'
+    )
 
 
 def mla_absorbed_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch.Tensor, k_pe: torch.Tensor,
@@ -29,7 +32,10 @@ def mla_absorbed_attention(q_nope: torch.Tensor, q_pe: torch.Tensor, c_kv: torch
     score = (q_nope . (w_uk c) + q_pe . k_pe) * scale, masked (True = may attend; broadcast to
     (B, H, T, S)), softmax over the keys, then the weighted values. Fold w_uk into the query and apply
     w_uv after summing the latents. Return (B, H, T, d_v)."""
-    raise NotImplementedError('Exercise 12.2 mla_absorbed_attention (Chapter 12, section 12.3 "Latent attention"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 12.2 mla_absorbed_attention (Chapter 12, section 12.3 "Latent attention")'
+        ': not implemented yet'
+    )
 
 
 def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int, topk_group: int) -> torch.Tensor:
@@ -37,7 +43,10 @@ def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int, topk_grou
     of consecutive experts; a group's score is the sum of its two largest scores (of its only score
     if a group has one expert). Keep the topk_group best groups of each token and return the indices
     (N, top_k) of the top_k best experts among the kept groups' experts (any order)."""
-    raise NotImplementedError('Exercise 12.3 group_limited_topk (Chapter 12, section 12.4 "DeepSeekMoE"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 12.3 group_limited_topk (Chapter 12, section 12.4 "DeepSeekMoE")'
+        ': not implemented yet'
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +69,10 @@ def attention_sink_mask(q_len: int, window: int, n_sink: int, kv_len: int | None
          [T, F, T, T, F],
          [T, F, F, T, T]]
     """
-    raise NotImplementedError('Homework 12.A attention_sink_mask (Chapter 12, beyond section 12.2 "Sliding windows"): not implemented yet')
+    raise NotImplementedError(
+        'Homework 12.A attention_sink_mask (Chapter 12, beyond section 12.2 "Sliding windows")'
+        ': not implemented yet'
+    )
 
 
 def sequence_balance_loss(scores: torch.Tensor, experts: torch.Tensor, n_experts: int, alpha: float) -> torch.Tensor:
@@ -81,4 +93,8 @@ def sequence_balance_loss(scores: torch.Tensor, experts: torch.Tensor, n_experts
     Example: scores = [[1, 1, 2], [2, 1, 1]] (T = 2, E = 3), experts = [[2], [0]] (K = 1), alpha = 1:
     f = (1.5, 0, 1.5), P = (0.375, 0.25, 0.375), loss = 1.125.
     """
-    raise NotImplementedError('Homework 12.B sequence_balance_loss (Chapter 12, beyond section 12.4 "DeepSeekMoE"): not implemented yet')
+    raise NotImplementedError(
+        'Homework 12.B sequence_balance_loss (Chapter 12, beyond section 12.4 "DeepSeekMoE")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 20a4e8f1be94d0772da3dd819c02ce515908ccade7405f4bc482ed7c9e8c6bf0

@@ -40,15 +40,19 @@ def count_parameters(config: LlamaConfig) -> dict:
                      have only n_kv_heads * head_dim rows
         ffn          the SwiGLU matrices W_gate, W_up, W_down of one block, times n_experts
         router       the Mixture-of-Experts gate (d_model x n_experts), 0 for a dense model
-        norms        the two RMSNorm weight vectors of one block
+        norms        the two RMSNorm weight vectors of one block (d_model each); with config.qk_norm
+                     (Qwen3) also the query and key RMSNorms, head_dim each: 2 * d_model + 2 * head_dim
         per_block    attention + ffn + router + norms
         blocks       n_layers * per_block
         final_norm   the RMSNorm before the vocabulary head
         lm_head      the vocabulary head (d_model x vocab_size), 0 when tie_embeddings is True
         total        every parameter of the model
-        active       parameters one token uses: only n_experts_per_token of the experts run
+        active       parameters one token uses: total minus the experts it does not run, i.e.
+                     n_layers * (n_experts - n_experts_per_token) * (one expert's 3 matrices). It
+                     counts the embedding, the vocabulary head, the router and the norms; for a
+                     dense model active == total
 
-    LLaMA has no biases. Use config.head_dim and config.d_ff.
+    Every value is a Python int. LLaMA has no biases. Use config.head_dim and config.d_ff.
     """
     # BEGIN SOLUTION Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters")
     d = config.d_model
@@ -60,7 +64,7 @@ def count_parameters(config: LlamaConfig) -> dict:
     attention = d * q_width + d * kv_width + d * kv_width + q_width * d
     ffn = config.n_experts * one_expert
     router = d * config.n_experts if config.n_experts > 1 else 0
-    norms = 2 * d
+    norms = 2 * d + (2 * config.head_dim if config.qk_norm else 0)
     per_block = attention + ffn + router + norms
     lm_head = 0 if config.tie_embeddings else config.vocab_size * d
     total = embedding + config.n_layers * per_block + d + lm_head

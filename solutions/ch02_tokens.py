@@ -95,8 +95,12 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BP
 def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None) -> list:
     """Token ids of ``text`` under a trained vocabulary.
 
-    Cut out special tokens (each becomes its own id), split the rest into pre-tokens, and in each
-    pre-token start from its bytes and apply the merges in the order they were learned.
+    vocab {id: bytes} and merges [(bytes, bytes), ...] as train_bpe returns them (tokenizer.vocab,
+    tokenizer.merges). special_tokens is a list or tuple of str; wherever one occurs in the text it
+    becomes ONE id, the id whose bytes in ``vocab`` are its UTF-8 encoding (train_bpe put those
+    ids after the merges); the longest special token wins where two overlap. Split the rest into
+    pre-tokens with ``regex.findall(pattern or GPT2_PATTERN, part)``, and in each pre-token start
+    from its bytes and apply the merges in the order they were learned (lowest merge number first).
     """
     # BEGIN SOLUTION Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding")
     pattern = pattern or GPT2_PATTERN
@@ -147,8 +151,16 @@ def decode(ids: list, vocab: dict) -> str:
 
 
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d)."""
+    """x_i = E[t_i]: one row of ``weight`` (vocab, d) per token id; (...,) -> (..., d), in weight's
+    dtype and device.
+
+    An id outside [0, vocab) raises ValueError naming token_ids (a negative id must NOT silently
+    pick a row from the end, as Python indexing would).
+    """
     # BEGIN SOLUTION Exercise 2.6 embed (Chapter 2, section 2.8 "From ids to vectors")
+    bad = token_ids[(token_ids < 0) | (token_ids >= weight.shape[0])]
+    if bad.numel():
+        raise ValueError(f"token_ids must be in [0, {weight.shape[0]}), got {int(bad[0])}")
     return weight[token_ids]
     # END SOLUTION
 
@@ -156,13 +168,88 @@ def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting token_ids[:, t + 1] from logits[:, t].
 
-    logits (batch, seq, vocab), token_ids (batch, seq). Compute log-softmax stably (subtract the
-    row maximum) in float32 and return a scalar.
+    logits (batch, seq, vocab) of any float dtype, token_ids (batch, seq). Compute log-softmax
+    stably (subtract the row maximum) in float32 (float64 stays float64) and return a 0-dim tensor
+    in that dtype.
     """
     # BEGIN SOLUTION Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss")
-    z = logits[:, :-1].float()
+    z = logits[:, :-1]
+    z = z.double() if z.dtype == torch.float64 else z.float()
     z = z - z.amax(dim=-1, keepdim=True)
     log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)
     targets = token_ids[:, 1:].long().unsqueeze(-1)
     return -log_probs.gather(-1, targets).mean()
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def wordpiece_tokenize(word: str, vocab, unk_token: str = "[UNK]", prefix: str = "##",
+                       max_chars: int = 100) -> list:
+    """WordPiece's greedy longest-match-first split of ONE word (BERT's tokenizer, no training).
+
+    ``vocab`` is any container of strings (a set, or a dict whose keys are the tokens). From the
+    start of the word take the LONGEST piece that is in ``vocab``; every piece after the first is
+    looked up with ``prefix`` in front ("##able"). Repeat from the end of that piece. If at some
+    point no piece (not even one character) matches, the whole word becomes ``[unk_token]``
+    (never a partial split). A word longer than ``max_chars`` characters is ``[unk_token]``; the
+    empty word gives []. Characters are Python str characters (code points), not bytes.
+    ``word`` not a str -> TypeError naming ``word``.
+
+    Example, vocab = {"un", "##aff", "##able", "a", "##ff", "##a"}:
+        wordpiece_tokenize("unaffable", vocab) == ["un", "##aff", "##able"]   # "##aff" beats "##a"
+        wordpiece_tokenize("unx", vocab) == ["[UNK]"]
+    """
+    # BEGIN SOLUTION Homework 2.A wordpiece_tokenize (Chapter 2, beyond section 2.5 "Encoding and decoding")
+    if not isinstance(word, str):
+        raise TypeError(f"word must be a str, got {type(word).__name__}")
+    if len(word) > max_chars:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):                 # longest candidate first
+            piece = word[start:end] if start == 0 else prefix + word[start:end]
+            if piece in vocab:
+                pieces.append(piece)
+                start = end
+                break
+        else:
+            return [unk_token]                                  # nothing matches here
+    return pieces
+    # END SOLUTION
+
+
+def smoothed_next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor, smoothing: float = 0.0,
+                             ignore_index: int = -100) -> torch.Tensor:
+    """Next-token cross-entropy with label smoothing and ignored targets.
+
+    Predict token_ids[:, t + 1] from logits[:, t] as in Exercise 2.7, but the target distribution
+    puts 1 - smoothing on the true token plus smoothing / V on EVERY token (V = vocab size), so the
+    loss of one position is
+
+        (1 - smoothing) * (-log p[target]) + smoothing * mean_v(-log p[v]).
+
+    Positions whose target equals ``ignore_index`` contribute nothing and are not counted; return
+    the mean over the counted positions as a scalar (0.0, not NaN, when none is counted).
+    logits (batch, seq, V) of any float dtype; compute and return in float32 (float64 stays float64);
+    token_ids (batch, seq) integers. ``smoothing`` outside [0, 1) -> ValueError naming smoothing.
+
+    Example: with logits all equal (p = 1/V everywhere) the loss is log V for every smoothing;
+    logits [[[0, 0], [0, 0]]] with ids [[0, -100]] count no position and give 0.0.
+    """
+    # BEGIN SOLUTION Homework 2.B smoothed_next_token_loss (Chapter 2, beyond section 2.9 "The loss")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    z = logits[:, :-1]
+    z = z.float() if z.dtype != torch.float64 else z                        # (B, T-1, V)
+    log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)                # (B, T-1, V)
+    targets = token_ids[:, 1:].long()                                       # (B, T-1)
+    counted = targets != ignore_index                                       # (B, T-1)
+    true = -log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    uniform = -log_probs.mean(dim=-1)                                       # (B, T-1)
+    per_position = (1 - smoothing) * true + smoothing * uniform
+    total = torch.where(counted, per_position, torch.zeros_like(per_position)).sum()
+    return total / counted.sum().clamp(min=1)
     # END SOLUTION

@@ -82,3 +82,69 @@ def hf_to_course_names(state_dict: dict) -> dict:
         renamed[name.removeprefix("model.")] = tensor
     return renamed
     # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+def parallel_block(x: torch.Tensor, weights: dict, config: LlamaConfig, positions: torch.Tensor) -> torch.Tensor:
+    """A "parallel" block (GPT-J, PaLM, Cohere): attention and the FFN read the SAME normalised
+    input and both add to the residual stream at once,
+
+        n = RMSNorm(x),   y = x + W_O · Attention(RoPE(W_Q n), RoPE(W_K n), W_V n) + SwiGLU(n).
+
+    There is one norm ("input_layernorm.weight"; "post_attention_layernorm.weight" is absent).
+    Everything else is as in Exercise 7.1: Hugging Face's names inside one layer, RoPE layout
+    "half" with config.rope_theta, causal attention, grouped-query attention when
+    config.n_kv_heads < config.n_heads, RMSNorm with config.norm_eps. x (B, T, d); positions (T,);
+    return (B, T, d) in x's dtype.
+
+    Example: with every projection weight zero (q, k, v, o, gate, up, down) the block returns x.
+    """
+    # BEGIN SOLUTION Homework 7.A parallel_block (Chapter 7, beyond section 7.1 "The block")
+    B, T, _ = x.shape
+    H, H_kv, hd = config.n_heads, config.n_kv_heads, config.head_dim
+    n = rms_norm(x, weights["input_layernorm.weight"], config.norm_eps)                # (B, T, d)
+    q = (n @ weights["self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)   # (B, H, T, hd)
+    k = (n @ weights["self_attn.k_proj.weight"].T).view(B, T, H_kv, hd).transpose(1, 2)
+    v = (n @ weights["self_attn.v_proj.weight"].T).view(B, T, H_kv, hd).transpose(1, 2)
+    q = apply_rope(q, positions, config.rope_theta, layout="half")
+    k = apply_rope(k, positions, config.rope_theta, layout="half").repeat_interleave(H // H_kv, dim=1)
+    v = v.repeat_interleave(H // H_kv, dim=1)                                          # (B, H, T, hd)
+    attn = scaled_dot_product_attention(q, k, v, causal_mask(T, device=x.device))      # (B, H, T, hd)
+    attn = attn.transpose(1, 2).reshape(B, T, H * hd) @ weights["self_attn.o_proj.weight"].T
+    ffn = swiglu(n, weights["mlp.gate_proj.weight"], weights["mlp.up_proj.weight"],
+                 weights["mlp.down_proj.weight"])                                      # (B, T, d)
+    return x + attn + ffn
+    # END SOLUTION
+
+
+def logit_lens(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig) -> torch.Tensor:
+    """The "logit lens" (nostalgebraist 2020): what the model would predict if it stopped after
+    each block. Return a tensor (n_layers + 1, B, T, vocab) whose row l is
+
+        lm_head(RMSNorm_final(h_l)),
+
+    where h_0 is the embedding of input_ids and h_l the residual stream after block l (so row
+    n_layers equals the model's logits). The state dict and config are as in Exercise 7.2
+    (Hugging Face names, "lm_head.weight" absent when the head is tied to the embedding);
+    positions are 0 .. T-1. You may use your llama_block.
+
+    Example: for a model with n_layers = 2, logit_lens(ids, sd, config)[2] == llama_forward(ids,
+    sd, config), and row 0 depends on each token alone (no attention has happened yet).
+    """
+    # BEGIN SOLUTION Homework 7.B logit_lens (Chapter 7, beyond section 7.2 "The whole model")
+    embedding = state_dict["model.embed_tokens.weight"]
+    head = state_dict.get("lm_head.weight", embedding)                     # (V, d)
+    x = embedding[input_ids]                                               # (B, T, d)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+    rows = [x]
+    for i in range(config.n_layers):
+        prefix = f"model.layers.{i}."
+        layer = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        x = llama_block(x, layer, config, positions)
+        rows.append(x)
+    h = torch.stack(rows)                                                  # (L+1, B, T, d)
+    return rms_norm(h, state_dict["model.norm.weight"], config.norm_eps) @ head.T
+    # END SOLUTION

@@ -67,3 +67,92 @@ def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
             n_kv_heads * head_dim, w.shape[1])
     return out
     # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+class Int8KVCache:
+    """A KV cache that stores keys and values as int8, with one float32 scale per batch row, KV head
+    and position: a quarter of the memory of a float32 cache (plus the scales).
+
+    Same interface as Chapter 8's KVCache (``length``, ``pending``, ``update``, ``advance``), for
+    the course model. Buffers: ``keys[layer]`` and ``values[layer]`` int8 (batch, n_kv_heads,
+    max_seq_len, head_dim); ``key_scales[layer]`` and ``value_scales[layer]`` float32
+    (batch, n_kv_heads, max_seq_len, 1). ``dtype`` is the dtype that update returns.
+    """
+
+    def __init__(self, config, batch_size: int, max_seq_len: int, device=None, dtype=torch.float32):
+        shape = (batch_size, config.n_kv_heads, max_seq_len, config.head_dim)
+        scale_shape = shape[:3] + (1,)
+        self.keys = [torch.zeros(shape, device=device, dtype=torch.int8) for _ in range(config.n_layers)]
+        self.values = [torch.zeros(shape, device=device, dtype=torch.int8) for _ in range(config.n_layers)]
+        self.key_scales = [torch.ones(scale_shape, device=device) for _ in range(config.n_layers)]
+        self.value_scales = [torch.ones(scale_shape, device=device) for _ in range(config.n_layers)]
+        self.max_seq_len, self.dtype = max_seq_len, dtype
+        self.length = 0
+        self.pending = 0
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Quantise k and v (batch, n_kv_heads, new, head_dim) and write them IN PLACE after the
+        ``self.length`` cached positions of ``layer``; remember ``new`` in self.pending; return the
+        dequantised keys and values of positions 0 .. length + new - 1 in ``self.dtype``.
+
+        Symmetric absmax quantisation of each head_dim vector: scale = max|x| / 127 (1.0 for an
+        all-zero vector), q = round(x / scale) (torch.round: halves to even) as int8, computed in
+        float32; dequantised value = q * scale. ValueError mentioning max_seq_len if they do not fit.
+
+        Example: the vector [0.5, -1.27, 0.0] is stored as [50, -127, 0] with scale 0.01.
+        """
+        # BEGIN SOLUTION Homework 9.A Int8KVCache.update (Chapter 9, beyond section 9.4 "KV cache sizes")
+        new = k.shape[2]
+        end = self.length + new
+        if end > self.max_seq_len:
+            raise ValueError(f"the cache holds max_seq_len={self.max_seq_len} positions; {end} do not fit")
+        for store, scales, x in ((self.keys, self.key_scales, k), (self.values, self.value_scales, v)):
+            x = x.float()                                                        # (B, H_kv, new, hd)
+            absmax = x.abs().amax(dim=-1, keepdim=True)                          # (B, H_kv, new, 1)
+            scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
+            store[layer][:, :, self.length:end] = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
+            scales[layer][:, :, self.length:end] = scale
+        self.pending = new
+        keys = self.keys[layer][:, :, :end].float() * self.key_scales[layer][:, :, :end]
+        values = self.values[layer][:, :, :end].float() * self.value_scales[layer][:, :, :end]
+        return keys.to(self.dtype), values.to(self.dtype)
+        # END SOLUTION
+
+    def advance(self):
+        self.length += self.pending
+        self.pending = 0
+
+
+def ragged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor) -> torch.Tensor:
+    """Grouped-query attention over a batch whose rows have cached different numbers of tokens
+    (continuous batching): row b's cache holds kv_lens[b] valid positions, the rest is stale.
+
+    q (B, H, T, d): the T newest tokens of each row, which sit at positions
+    kv_lens[b] - T .. kv_lens[b] - 1; k, v (B, H_kv, S, d) with KV head j serving query heads
+    j*n_rep .. (j+1)*n_rep - 1; kv_lens (B,) integers. Query t of row b may attend to keys
+    0 .. kv_lens[b] - T + t (causal) and never to keys at or after kv_lens[b], whatever finite
+    values they hold. softmax(q k^T / sqrt(d)) v with the softmax in float32; return (B, H, T, d)
+    in q's dtype. ValueError naming kv_lens unless T <= kv_lens[b] <= S for every row.
+
+    Example: B = 2, T = 1, S = 4, kv_lens = [4, 2]: row 0 attends to all 4 keys, row 1 to keys 0
+    and 1 only, whatever k[1, :, 2:] and v[1, :, 2:] contain.
+    """
+    # BEGIN SOLUTION Homework 9.B ragged_attention (Chapter 9, beyond section 9.3 "GQA without copies")
+    B, H, T, d = q.shape
+    H_kv, S = k.shape[1], k.shape[2]
+    if not bool(((kv_lens >= T) & (kv_lens <= S)).all()):
+        raise ValueError(f"kv_lens must be in [{T}, {S}], got {kv_lens.tolist()}")
+    lens = kv_lens.to(q.device)[:, None, None]                                    # (B, 1, 1)
+    query_pos = lens - T + torch.arange(T, device=q.device)[None, :, None]        # (B, T, 1)
+    key_pos = torch.arange(S, device=q.device)[None, None, :]                     # (1, 1, S)
+    allowed = (key_pos <= query_pos) & (key_pos < lens)                           # (B, T, S)
+    rows = q.reshape(B, H_kv, H // H_kv * T, d)                                   # a group's queries as rows
+    scores = (rows @ k.transpose(-2, -1)).float() / math.sqrt(d)                  # (B, H_kv, n_rep*T, S)
+    allowed = allowed.repeat(1, H // H_kv, 1)[:, None]                            # (B, 1, n_rep*T, S)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    return (weights.to(v.dtype) @ v).reshape(B, H, T, d).to(q.dtype)
+    # END SOLUTION
