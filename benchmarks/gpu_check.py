@@ -113,7 +113,7 @@ def datasheet(device: torch.device) -> tuple[float, float] | None:
 
 def env(log: Log, device: torch.device) -> dict:
     info = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": str(device), "python": platform.python_version(), "torch": torch.__version__,
         "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(),
     }
