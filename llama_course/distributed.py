@@ -1,0 +1,313 @@
+"""Training on several processes (Chapter 13): data parallel, fully sharded, and what each costs.
+
+    data parallel (DDP)      every rank holds the whole model and reads its own rows of the global
+                             batch; after backward one all-reduce averages the gradients, so every
+                             rank takes the same optimizer step as one process with the whole batch
+    fully sharded (FSDP2)    each block's parameters, gradients and AdamW moments are split into N
+                             shards (ZeRO-3); a block's weights are all-gathered just before its
+                             forward and backward, and its gradients are reduce-scattered after
+    memory per parameter     ZeRO (Rajbhandari et al. 2020), mixed precision with AdamW:
+                             2 (bf16 weights) + 2 (bf16 gradients) + 12 (fp32 master, m, v) = 16 bytes
+                             DDP 16 | ZeRO-1 4 + 12/N | ZeRO-2 2 + 14/N | ZeRO-3 16/N
+    communication per step   ring all-reduce sends 2 (N-1)/N * P values per rank; reduce-scatter
+                             and all-gather (N-1)/N * P each. DDP, ZeRO-1/2: 2 (N-1)/N * P;
+                             ZeRO-3 (FSDP): 3 (N-1)/N * P (weights gathered for forward and backward)
+
+The launcher (torchrun) starts one process per device and sets RANK, WORLD_SIZE, LOCAL_RANK and
+the rendezvous address; ``setup`` reads them, choosing NCCL on CUDA and gloo on CPU.
+
+    torchrun --standalone --nproc-per-node 2 -m llama_course.train --config tiny           # DDP
+    torchrun --standalone --nproc-per-node 2 -m llama_course.train --config tiny --shard   # FSDP2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+TIMEOUT_S = 300   # a collective that waits longer than this ends the run instead of hanging
+
+
+# ------------------------------------------------------------------ memory and communication
+
+
+def training_bytes_per_parameter(mixed_precision: bool = True) -> dict[str, int]:
+    """Bytes each parameter needs while training with AdamW, before any activation.
+
+        mixed precision   weights 2 (bf16) + gradients 2 (bf16) + master copy 4 + m 4 + v 4 = 16
+        float32           weights 4 + gradients 4 + m 4 + v 4 = 16 (no master copy)
+    """
+    if not isinstance(mixed_precision, bool):
+        raise TypeError(f"mixed_precision must be a bool, got {type(mixed_precision).__name__}")
+    low = 2 if mixed_precision else 4
+    parts = {"weights": low, "gradients": low, "master": 4 if mixed_precision else 0, "adam_m": 4, "adam_v": 4}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _check_strategy(strategy, n_gpus) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive int, got {n_gpus!r}")
+
+
+def memory_per_gpu(n_params: int, n_gpus: int, strategy: str = "ddp", mixed_precision: bool = True) -> float:
+    """Bytes of weights, gradients and optimizer state on each of ``n_gpus`` (ZeRO's Figure 1).
+
+        ddp    (w + g + o) P          nothing is split
+        zero1  (w + g + o / N) P      optimizer state split
+        zero2  (w + (g + o) / N) P    gradients too
+        zero3  (w + g + o) P / N      weights too (FSDP)
+    """
+    _check_strategy(strategy, n_gpus)
+    b = training_bytes_per_parameter(mixed_precision)
+    w, g, o = b["weights"], b["gradients"], b["master"] + b["adam_m"] + b["adam_v"]
+    n = n_gpus
+    per_param = {"ddp": w + g + o, "zero1": w + g + o / n, "zero2": w + (g + o) / n, "zero3": (w + g + o) / n}
+    return per_param[strategy] * n_params
+
+
+def communication_bytes(n_params: int, n_gpus: int, strategy: str = "ddp", bytes_per_value: int = 2) -> float:
+    """Bytes each rank sends per optimizer step with ring collectives (the same amount arrives).
+
+        all-reduce of P values       2 (N-1)/N P      = reduce-scatter + all-gather
+        ddp, zero1, zero2            2 (N-1)/N P      (ZeRO-2 reduce-scatters the gradients and
+                                                       all-gathers the updated weights: the same)
+        zero3 (FSDP)                 3 (N-1)/N P      all-gather for forward, again for backward,
+                                                       reduce-scatter of the gradients
+    """
+    _check_strategy(strategy, n_gpus)
+    share = (n_gpus - 1) / n_gpus
+    return (3 if strategy == "zero3" else 2) * share * n_params * bytes_per_value
+
+
+# -------------------------------------------------------------------------- process groups
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Where this process stands: its rank among world_size, its device, and whether it shards."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    shard: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(shard: bool = False, device=None, timeout_s: float = TIMEOUT_S) -> Parallel:
+    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU); one process without it.
+
+    ``--shard`` needs at least two processes: there is nothing to split among one."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if shard and world_size < 2:
+        raise ValueError("--shard splits the model across processes and needs at least 2: launch with "
+                         "torchrun --nproc-per-node N (N >= 2)")
+    if world_size < 2:
+        return Parallel(device=torch.device(device or "cpu"), shard=False)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)
+    return Parallel(rank, world_size, local_rank, device, shard)
+
+
+def teardown() -> None:
+    """Leave the process group (at the end of a run, or after an error)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(par: Parallel, timeout_s: float = TIMEOUT_S) -> None:
+    """Wait for every rank. On gloo a rank that never arrives is named in the error after timeout_s."""
+    if not par.enabled:
+        return
+    if dist.get_backend() == "gloo":
+        dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+    else:
+        dist.barrier()
+
+
+def check_batch(batch_size: int, world_size: int, accum_steps: int = 1) -> int:
+    """Rows per rank per micro-step: batch_size / (world_size * accum_steps), which must be whole."""
+    for name, value in (("batch_size", batch_size), ("world_size", world_size), ("accum_steps", accum_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if batch_size % (world_size * accum_steps):
+        raise ValueError(f"batch_size ({batch_size}) must be divisible by world_size ({world_size}) x "
+                         f"accum_steps ({accum_steps}): every rank reads the same number of windows")
+    return batch_size // (world_size * accum_steps)
+
+
+def local_rows(windows: torch.Tensor, par: Parallel) -> torch.Tensor:
+    """This rank's rows of the global batch (B, T+1) -> (B / N, T+1): rank r reads rows r*B/N ..
+    All ranks draw the same windows from the same seed, so together they read exactly one batch."""
+    rows = check_batch(windows.shape[0], par.world_size)
+    return windows[par.rank * rows:(par.rank + 1) * rows]    # (B/N, T+1)
+
+
+def mean_across(value: torch.Tensor | float, par: Parallel) -> float:
+    """The mean of a scalar over all ranks (the loss of the whole batch, for logging)."""
+    t = torch.as_tensor(value, dtype=torch.float64).detach().reshape(1).to(par.device)
+    if par.enabled:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.item() / par.world_size
+
+
+# ------------------------------------------------------------------------------- wrapping
+
+
+def wrap(model: torch.nn.Module, par: Parallel) -> torch.nn.Module:
+    """DDP (gradients all-reduced after backward) or, with ``par.shard``, FSDP2: ``fully_shard`` on
+    every block, then on the whole model (embedding, final norm, head). One process: unchanged."""
+    if not par.enabled:
+        return model
+    if par.shard:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.layers:
+            fully_shard(block)           # one all-gather / reduce-scatter per block
+        return fully_shard(model)        # the rest: embedding, final norm, head
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[par.device.index] if par.device.type == "cuda" else None)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP wrapper (FSDP2 works in place: the model is itself)."""
+    return getattr(model, "module", model)
+
+
+@contextlib.contextmanager
+def gradient_sync(model: torch.nn.Module, enabled: bool):
+    """Inside, backward skips the gradient all-reduce / reduce-scatter unless ``enabled``: gradient
+    accumulation communicates once per optimizer step, on its last micro-batch."""
+    if enabled or not isinstance(model, torch.nn.Module):
+        yield
+    elif hasattr(model, "no_sync"):                          # DDP
+        with model.no_sync():
+            yield
+    elif hasattr(model, "set_requires_gradient_sync"):       # FSDP2
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes this rank holds for parameters and optimizer state (the local shards under FSDP2)."""
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    params = {id(p): p for p in model.parameters()}.values()
+    param_bytes = sum(local(p).numel() * local(p).element_size() for p in params)
+    optim_bytes = sum(local(v).numel() * local(v).element_size() for s in optimizer.state.values()
+                      for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return {"parameters": param_bytes, "optimizer": optim_bytes, "total": param_bytes + optim_bytes}
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+SHARDED = "dcp"   # subdirectory of a checkpoint written by torch.distributed.checkpoint
+
+
+def save(path: str | Path, model, optimizer, step: int, generator: torch.Generator, history: dict, cfg,
+         par: Parallel) -> None:
+    """Write a checkpoint once. Not sharded: rank 0 writes train.save_checkpoint's files. Sharded:
+    every rank writes its own shards with torch.distributed.checkpoint (no rank ever holds the whole
+    model) and rank 0 adds state.pt and config.json; the directory appears complete or not at all."""
+    from .train import save_checkpoint
+
+    if not par.shard:
+        if par.is_main:
+            save_checkpoint(path, unwrap(model), optimizer, step, generator, history, cfg)
+        barrier(par)
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    path = Path(path)
+    staging = path.with_name(path.name + ".tmp")
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(staging / SHARDED))
+    if par.is_main:
+        torch.save({"step": step, "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
+                    "history": history}, staging / "state.pt")
+        (staging / "config.json").write_text(json.dumps({"model": dataclasses.asdict(unwrap(model).config),
+                                                         "train": dataclasses.asdict(cfg)}, indent=1))
+        _replace_directory(staging, path)
+    barrier(par)
+
+
+def _replace_directory(staging: Path, path: Path) -> None:
+    import shutil
+
+    previous = path.with_name(path.name + ".old")
+    if path.exists():
+        os.replace(path, previous)
+    os.replace(staging, path)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def load(path: str | Path, model, optimizer, generator: torch.Generator, par: Parallel):
+    """Resume from a checkpoint written with any number of processes; returns (step, history).
+
+    A sharded checkpoint is read by torch.distributed.checkpoint, which re-slices every tensor for
+    the processes reading it (2 ranks -> 1, 1 -> 4, ...); train.save_checkpoint's files are read by
+    every rank. A checkpoint of another model shape is a ValueError."""
+    from .train import load_checkpoint
+
+    path = Path(path)
+    if not (path / SHARDED).is_dir():
+        if par.shard:
+            raise ValueError(f"{path} is a whole-model checkpoint; resume it without --shard (the "
+                             f"sharded runs read checkpoints written with --shard)")
+        return load_checkpoint(path, unwrap(model), optimizer, generator)
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    _check_config(path, unwrap(model).config)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=str(path / SHARDED))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    extra = torch.load(path / "state.pt", weights_only=True)
+    generator.set_state(extra["generator"])
+    torch.set_rng_state(extra["torch_rng"])
+    return extra["step"], extra["history"]
+
+
+def _check_config(path: Path, config) -> None:
+    saved = json.loads((path / "config.json").read_text())["model"]
+    ours = dataclasses.asdict(config)
+    differing = {k: (saved.get(k), v) for k, v in ours.items() if saved.get(k) != v and k != "rope_scaling"}
+    if differing:
+        raise ValueError("the checkpoint was made for another model: " +
+                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differing.items()))
