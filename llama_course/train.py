@@ -19,13 +19,13 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import regex
 import torch
 
 from .config import LlamaConfig, _check_int
@@ -58,7 +58,7 @@ def shuffle_documents(text: str, seed: int = 0, separator: str = "<|endoftext|>"
     order, joined by ``separator``, so that a tail split for validation samples every kind of text."""
     import random
 
-    documents = regex.split(r"\n\n(?=Title:|标题：)", text.strip())
+    documents = re.split(r"\n\n(?=Title:|标题：)", text.strip())
     random.Random(seed).shuffle(documents)
     return separator.join(documents)
 
@@ -159,13 +159,7 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
     """
     device = torch.device(device or next(model.parameters()).device)
-    if cfg.context_length + 1 > model.config.max_seq_len:
-        raise ValueError(f"context_length + 1 ({cfg.context_length + 1}) exceeds the model's max_seq_len "
-                         f"({model.config.max_seq_len})")
-    for name, data in (("train", train_data), ("validation", val_data)):
-        if len(data) < cfg.context_length + 1:
-            raise ValueError(f"the {name} data has {len(data)} tokens, fewer than one window of "
-                             f"context_length + 1 = {cfg.context_length + 1}")
+    check_train_inputs(model, train_data, val_data, cfg)
     optimizer = make_optimizer(model, cfg)
     generator = torch.Generator().manual_seed(cfg.seed)
     history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
@@ -178,31 +172,60 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     stop = cfg.steps if until is None else min(until, cfg.steps)
     bar = _progress(range(start_step, stop), cfg.progress)
     for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)
-        with _autocast(device):
-            loss = next_token_loss(step_fn(x), x)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
+        x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)   # (B, T+1)
+        loss = train_step(step_fn, optimizer, x, lr_at(step, cfg), cfg)
         tokens += x.numel()
-        history["step"].append(step)
-        history["train_loss"].append(loss.item())
-        last = step == cfg.steps - 1
-        if (step + 1) % cfg.eval_interval == 0 or last:
-            history["val_step"].append(step)
-            history["val_loss"].append(evaluate(model, val_data, cfg, device))
+        log_step(history, step, loss, model, val_data, cfg, device)
         history["tokens_per_s"] = tokens / (time.perf_counter() - started)
         if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
-        pause = step == stop - 1
-        if out_dir is not None and (last or pause or
-                                    (cfg.checkpoint_interval and (step + 1) % cfg.checkpoint_interval == 0)):
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
+        if out_dir is not None and should_checkpoint(step, stop, cfg):
             save_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg)
     model.eval()
     return history
+
+
+def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig) -> None:
+    """ValueError unless a window of context_length + 1 tokens fits the model and both data sets."""
+    if cfg.context_length + 1 > model.config.max_seq_len:
+        raise ValueError(f"context_length + 1 ({cfg.context_length + 1}) exceeds the model's max_seq_len "
+                         f"({model.config.max_seq_len})")
+    for name, data in (("train", train_data), ("validation", val_data)):
+        if len(data) < cfg.context_length + 1:
+            raise ValueError(f"the {name} data has {len(data)} tokens, fewer than one window of "
+                             f"context_length + 1 = {cfg.context_length + 1}")
+
+
+def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: float, cfg: TrainConfig) -> float:
+    """One optimizer step on the windows x (B, T+1) at learning rate ``lr``; returns the loss.
+
+    ``model`` is whatever runs the forward pass (the model, its torch.compile, a DDP wrapper).
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with _autocast(x.device):
+        loss = next_token_loss(model(x), x)                    # scalar: mean over B*T predictions
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def log_step(history: dict, step: int, loss: float, model, val_data: torch.Tensor, cfg: TrainConfig,
+             device) -> None:
+    """Record the step's training loss, and the validation loss every eval_interval steps and at the end."""
+    history["step"].append(step)
+    history["train_loss"].append(loss)
+    if (step + 1) % cfg.eval_interval == 0 or step == cfg.steps - 1:
+        history["val_step"].append(step)
+        history["val_loss"].append(evaluate(model, val_data, cfg, device))
+
+
+def should_checkpoint(step: int, stop: int, cfg: TrainConfig) -> bool:
+    """Save after this step? At the end of the schedule, where the run stops, and every checkpoint_interval."""
+    interval = cfg.checkpoint_interval and (step + 1) % cfg.checkpoint_interval == 0
+    return step == cfg.steps - 1 or step == stop - 1 or bool(interval)
 
 
 def _progress(steps, enabled: bool):
