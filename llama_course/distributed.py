@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -172,9 +173,10 @@ def local_rows(windows: torch.Tensor, par: Parallel) -> torch.Tensor:
 
 def mean_across(value: torch.Tensor | float, par: Parallel) -> float:
     """The mean of a scalar over all ranks (the loss of the whole batch, for logging)."""
+    if not par.enabled:
+        return float(value)
     t = torch.as_tensor(value, dtype=torch.float64).detach().reshape(1).to(par.device)
-    if par.enabled:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.item() / par.world_size
 
 
@@ -245,15 +247,18 @@ def save(path: str | Path, model, optimizer, step: int, generator: torch.Generat
     model) and rank 0 adds state.pt and config.json; the directory appears complete or not at all."""
     from .train import save_checkpoint
 
+    path = Path(path)
     if not par.shard:
-        if par.is_main:
+        if par.is_main and (path / SHARDED).is_dir():          # replacing a sharded checkpoint
+            save_checkpoint(path.with_name(path.name + ".new"), unwrap(model), optimizer, step, generator, history, cfg)
+            _replace_directory(path.with_name(path.name + ".new"), path)
+        elif par.is_main:
             save_checkpoint(path, unwrap(model), optimizer, step, generator, history, cfg)
         barrier(par)
         return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    path = Path(path)
     staging = path.with_name(path.name + ".tmp")
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(staging / SHARDED))
@@ -296,7 +301,9 @@ def load(path: str | Path, model, optimizer, generator: torch.Generator, par: Pa
     _check_config(path, unwrap(model).config)
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=str(path / SHARDED))
+    with warnings.catch_warnings():   # one process reading a sharded checkpoint is intended, not a mistake
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path / SHARDED))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     extra = torch.load(path / "state.pt", weights_only=True)
     generator.set_state(extra["generator"])

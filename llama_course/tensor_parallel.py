@@ -25,6 +25,7 @@ load its file straight into its DTensor shards, without merging.
 from __future__ import annotations
 
 import json
+import re
 import types
 from pathlib import Path
 
@@ -125,9 +126,7 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
 def split_for_meta(state: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
     """The inverse of merging (for tests and the chapter): the course's whole weights -> N Meta-style
     model-parallel shards, each split along the dimension Meta's training split it."""
-    from .checkpoint import META_NAMES, _SPLIT_DIM
-
-    import re
+    from .checkpoint import _SPLIT_DIM, META_NAMES
 
     parts: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
     for meta_pattern, course_pattern in META_NAMES:

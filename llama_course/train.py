@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import distributed
 from .config import LlamaConfig, _check_int
 from .loss import next_token_loss
 from .model import Llama
@@ -151,36 +152,43 @@ def _autocast(device):
 
 
 def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
-          out_dir: str | Path | None = None, resume: bool = False, device=None, until: int | None = None) -> dict:
+          out_dir: str | Path | None = None, resume: bool = False, device=None, until: int | None = None,
+          parallel: distributed.Parallel | None = None) -> dict:
     """Train ``model``; returns the history {"step", "train_loss", "val_step", "val_loss", "tokens_per_s"}.
 
     With ``out_dir``, checkpoints go to out_dir/checkpoint (and ``resume=True`` continues from it:
     the same batches, learning rates and losses as an uninterrupted run). ``until`` stops after
     that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
+    ``parallel`` (from distributed.setup, under torchrun): each rank trains on its rows of every
+    batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
     device = torch.device(device or next(model.parameters()).device)
     check_train_inputs(model, train_data, val_data, cfg)
-    optimizer = make_optimizer(model, cfg)
+    par = parallel or distributed.Parallel(device=device)
+    distributed.check_batch(cfg.batch_size, par.world_size)
+    wrapped = distributed.wrap(model, par)                     # DDP, FSDP2, or the model itself
+    optimizer = make_optimizer(model, cfg)                     # after wrap: FSDP2 shards the parameters
     generator = torch.Generator().manual_seed(cfg.seed)
     history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
     start_step = 0
     if resume and out_dir is not None and (Path(out_dir) / "checkpoint").exists():
-        start_step, history = load_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, generator)
-    step_fn = torch.compile(model) if cfg.compile else model
+        start_step, history = distributed.load(Path(out_dir) / "checkpoint", model, optimizer, generator, par)
+    step_fn = torch.compile(wrapped) if cfg.compile else wrapped
     model.train()
     tokens, started = 0, time.perf_counter()
     stop = cfg.steps if until is None else min(until, cfg.steps)
-    bar = _progress(range(start_step, stop), cfg.progress)
+    bar = _progress(range(start_step, stop), cfg.progress and par.is_main)
     for step in bar:
         x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)   # (B, T+1)
-        loss = train_step(step_fn, optimizer, x, lr_at(step, cfg), cfg)
+        loss = train_step(step_fn, optimizer, distributed.local_rows(x, par), lr_at(step, cfg), cfg)
+        loss = distributed.mean_across(loss, par)                                          # the whole batch's
         tokens += x.numel()
         log_step(history, step, loss, model, val_data, cfg, device)
         history["tokens_per_s"] = tokens / (time.perf_counter() - started)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
         if out_dir is not None and should_checkpoint(step, stop, cfg):
-            save_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg)
+            distributed.save(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg, par)
     model.eval()
     return history
 
@@ -304,11 +312,6 @@ MODEL_CONFIGS = {  # named sizes for the command line and the lab
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .data import course_corpus
-    from .generate import generate
-    from .tokenizer import train_bpe
-    from .utils import get_device, seed_everything
-
     parser = argparse.ArgumentParser(prog="python -m llama_course.train", description="Train a tiny LLaMA "
                                      "on the course corpus.")
     parser.add_argument("--config", choices=sorted(MODEL_CONFIGS), default="tiny")
@@ -321,28 +324,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shard", action="store_true", help="under torchrun: FSDP2 (shard weights, gradients "
+                        "and optimizer state) instead of DDP")
     args = parser.parse_args(argv)
+    par = distributed.setup(args.shard, device=os.environ.get("LLAMA_COURSE_DEVICE"))  # torchrun: join the group
+    try:
+        return _main(args, par)
+    finally:
+        distributed.teardown()
+
+
+def _main(args, par: distributed.Parallel) -> int:
+    from .data import course_corpus
+    from .generate import generate
+    from .tokenizer import train_bpe
+    from .utils import get_device, seed_everything
+
+    distributed.check_batch(args.batch_size, par.world_size)
     seed_everything(args.seed)
-    device = get_device()
+    device = par.device if par.enabled else get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
     args.out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(args.out / "tokenizer.json")
     text = shuffle_documents(course_corpus(), args.seed)  # validation: a tenth of every kind of text
-    train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
+    if par.is_main:
+        tokenizer.save(args.out / "tokenizer.json")
+    for writer in (True, False):                          # rank 0 writes the token cache, then the others read it
+        if par.is_main == writer:
+            train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
+        distributed.barrier(par)
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     model = Llama(config, device=device)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
                       lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile)
-    print(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
-          f"{len(train_data):,} training tokens")
-    history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device)
-    print(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
+    say = print if par.is_main else (lambda *a, **k: None)
+    say(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device} x {par.world_size} "
+        f"process(es){' (sharded)' if par.shard else ''}; {len(train_data):,} training tokens")
+    history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device,
+                    parallel=par)
+    say(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
     prompt = torch.tensor([tokenizer.encode("Title: The")], device=device)
-    sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,
+    sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,  # every rank: FSDP2 gathers weights
                       generator=torch.Generator(device=device).manual_seed(args.seed))
-    print(tokenizer.decode(sample[0].tolist()))
+    say(tokenizer.decode(sample[0].tolist()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from torch.distributed.elastic.multiprocessing.errors import record  # a failing rank's traceback, summarised
+
+    sys.exit(record(main)())
