@@ -98,7 +98,8 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
     directory = out / "meta"
     if par.is_main:
         params = {"dim": CONFIG.d_model, "n_layers": CONFIG.n_layers, "n_heads": CONFIG.n_heads,
-                  "n_kv_heads": CONFIG.n_kv_heads, "multiple_of": 16, "ffn_dim_multiplier": 0.75, "norm_eps": CONFIG.norm_eps,
+                  "n_kv_heads": CONFIG.n_kv_heads, "multiple_of": 16, "ffn_dim_multiplier": 0.75,
+                  "norm_eps": CONFIG.norm_eps,
                   "max_seq_len": CONFIG.max_seq_len}
         write_meta(directory, split_for_meta(fresh_model().state_dict(), par.world_size), params)
     distributed.barrier(par)
