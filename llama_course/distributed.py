@@ -318,3 +318,63 @@ def _check_config(path: Path, config) -> None:
     if differing:
         raise ValueError("the checkpoint was made for another model: " +
                          ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differing.items()))
+
+
+# ------------------------------------------------------------------ a run to try a machine with
+
+
+def demo_data(vocab_size: int = 64, n_tokens: int = 3000, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded tokens with something to learn (60% of tokens are their predecessor + 1): train, validation."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (n_tokens,), generator=g)          # (n,)
+    follow = torch.rand(n_tokens, generator=g) < 0.6                         # (n,)
+    tokens[1:][follow[1:]] = (tokens[:-1][follow[1:]] + 1) % vocab_size
+    cut = int(0.9 * n_tokens)
+    return tokens[:cut], tokens[cut:]
+
+
+def demo(par: Parallel, steps: int = 6, batch_size: int = 8) -> list[float]:
+    """Train a tiny LLaMA on demo_data for ``steps`` steps on however many processes there are;
+    every process gets the same losses (of the whole batch). Seeded: the same numbers every run."""
+    from .config import LlamaConfig
+    from .model import Llama
+    from .train import TrainConfig, train
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
+                              max_seq_len=32), device=par.device)
+    cfg = TrainConfig(steps=steps, batch_size=batch_size, context_length=16, lr=3e-3, warmup_steps=2,
+                      eval_interval=steps, eval_batches=1, progress=False)
+    return train(model, *demo_data(), cfg, parallel=par)["train_loss"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """torchrun --nproc-per-node N -m llama_course.distributed [--shard]: a 6-step check that the
+    processes can train together; rank 0 prints the losses."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m llama_course.distributed")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--shard", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    par = setup(args.shard)
+    try:
+        losses = demo(par, args.steps, args.batch_size)
+        if par.is_main:
+            kind = "FSDP2" if par.shard else "DDP" if par.enabled else "one process"
+            print(f"{par.world_size} process(es), {kind}, backend {dist.get_backend() if par.enabled else '-'}")
+            for step, loss in enumerate(losses):
+                print(f"step {step}  loss {loss:.4f}")
+    finally:
+        teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())

@@ -110,6 +110,7 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False
     progress: bool = True
+    accum_steps: int = 1               # micro-batches per optimizer step (gradient accumulation)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -165,7 +166,7 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     device = torch.device(device or next(model.parameters()).device)
     check_train_inputs(model, train_data, val_data, cfg)
     par = parallel or distributed.Parallel(device=device)
-    distributed.check_batch(cfg.batch_size, par.world_size)
+    distributed.check_batch(cfg.batch_size, par.world_size, cfg.accum_steps)
     wrapped = distributed.wrap(model, par)                     # DDP, FSDP2, or the model itself
     optimizer = make_optimizer(model, cfg)                     # after wrap: FSDP2 shards the parameters
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -208,16 +209,22 @@ def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: flo
     """One optimizer step on the windows x (B, T+1) at learning rate ``lr``; returns the loss.
 
     ``model`` is whatever runs the forward pass (the model, its torch.compile, a DDP wrapper).
+    With cfg.accum_steps > 1 the rows go through in that many micro-batches, gradients adding up
+    (and synchronised across processes only on the last one).
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    with _autocast(x.device):
-        loss = next_token_loss(model(x), x)                    # scalar: mean over B*T predictions
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss = 0.0
+    for i, micro in enumerate(x.chunk(cfg.accum_steps)):          # (B/accum, T+1) each
+        with distributed.gradient_sync(model, i == cfg.accum_steps - 1):
+            with _autocast(x.device):
+                part = next_token_loss(model(micro), micro) / cfg.accum_steps  # scalar: its share of the mean
+            part.backward()
+        loss += part.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     optimizer.step()
-    return loss.item()
+    return loss
 
 
 def log_step(history: dict, step: int, loss: float, model, val_data: torch.Tensor, cfg: TrainConfig,
@@ -324,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per step (gradient accumulation)")
     parser.add_argument("--shard", action="store_true", help="under torchrun: FSDP2 (shard weights, gradients "
                         "and optimizer state) instead of DDP")
     args = parser.parse_args(argv)
@@ -340,7 +348,7 @@ def _main(args, par: distributed.Parallel) -> int:
     from .tokenizer import train_bpe
     from .utils import get_device, seed_everything
 
-    distributed.check_batch(args.batch_size, par.world_size)
+    distributed.check_batch(args.batch_size, par.world_size, args.accum_steps)
     seed_everything(args.seed)
     device = par.device if par.enabled else get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
@@ -355,7 +363,8 @@ def _main(args, par: distributed.Parallel) -> int:
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     model = Llama(config, device=device)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
-                      lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile)
+                      lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
+                      accum_steps=args.accum_steps)
     say = print if par.is_main else (lambda *a, **k: None)
     say(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device} x {par.world_size} "
         f"process(es){' (sharded)' if par.shard else ''}; {len(train_data):,} training tokens")

@@ -7,6 +7,7 @@ tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -25,12 +26,8 @@ TRAIN = TrainConfig(steps=10, batch_size=8, context_length=16, lr=3e-3, warmup_s
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor]:
-    """Random tokens with some structure (a token is often its predecessor + 1), seeded."""
-    g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, CONFIG.vocab_size, (3000,), generator=g)
-    follow = torch.rand(3000, generator=g) < 0.6
-    tokens[1:][follow[1:]] = (tokens[:-1][follow[1:]] + 1) % CONFIG.vocab_size
-    return tokens[:2700], tokens[2700:]
+    """Seeded tokens with something to learn (a token is often its predecessor + 1)."""
+    return distributed.demo_data(CONFIG.vocab_size)
 
 
 def fresh_model() -> Llama:
@@ -64,6 +61,14 @@ def run_training(out: Path, par: distributed.Parallel, name: str) -> None:
     train(until5, train_data, val_data, TRAIN, out_dir=out / f"{name}-until5", until=5, parallel=par)
     if par.is_main:
         torch.save({"history": history, "state": trained, "memory": memories}, out / f"{name}.pt")
+
+
+def run_accumulation(out: Path, par: distributed.Parallel) -> None:
+    """DDP with 2 micro-batches per step: gradients all-reduced once, on the second."""
+    model = fresh_model()
+    history = train(model, *data(), dataclasses.replace(TRAIN, accum_steps=2), parallel=par)
+    if par.is_main:
+        torch.save({"history": history, "state": full_state(model)}, out / "ddp-accum.pt")
 
 
 def run_tensor_parallel(out: Path, par: distributed.Parallel) -> None:
@@ -123,6 +128,7 @@ def main() -> int:
         sharded = distributed.Parallel(par.rank, par.world_size, par.local_rank, par.device, shard=True)
         for name, run in (("ddp", lambda: run_training(out, par, "ddp")),
                           ("fsdp", lambda: run_training(out, sharded, "fsdp")),
+                          ("ddp with accumulation", lambda: run_accumulation(out, par)),
                           ("tensor parallel", lambda: run_tensor_parallel(out, par)),
                           ("meta shards", lambda: run_meta_shards(out, par))):
             started = time.perf_counter()

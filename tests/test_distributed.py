@@ -15,6 +15,7 @@ changes the loss in the third decimal.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -80,10 +81,16 @@ def assert_same_run(history, state, ref_history, ref_state) -> None:
     assert ref_history["train_loss"][-1] < ref_history["train_loss"][0] - 0.05   # it did learn
 
 
-@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "ddp-accum"])
 def test_two_ranks_equal_one_process_with_the_whole_batch(runs, reference, name):
     result = torch.load(runs / f"{name}.pt", weights_only=False)
     assert_same_run(result["history"], result["state"], *reference)
+
+
+def test_gradient_accumulation_equals_the_whole_batch_at_once(reference):
+    model = worker.fresh_model()
+    history = train(model, *worker.data(), dataclasses.replace(worker.TRAIN, accum_steps=4))
+    assert_same_run(history, model.state_dict(), *reference)
 
 
 def test_fsdp_holds_half_the_parameter_and_optimizer_state_per_rank(runs):
@@ -138,6 +145,8 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
 def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
     with pytest.raises(ValueError, match="divisible by world_size"):
         distributed.check_batch(10, 4)
+    with pytest.raises(ValueError, match=r"world_size \(2\) x accum_steps \(3\)"):
+        distributed.check_batch(8, 2, 3)
     two_ranks = distributed.Parallel(rank=0, world_size=3)
     with pytest.raises(ValueError, match=r"batch_size \(8\) must be divisible by world_size \(3\)"):
         train(worker.fresh_model(), *worker.data(), worker.TRAIN, parallel=two_ranks)
