@@ -116,7 +116,11 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
 
 
 def main() -> int:
-    out, scenario = Path(sys.argv[1]), sys.argv[2]
+    return run(Path(sys.argv[1]), sys.argv[2])
+
+
+def run(out: Path, scenario: str) -> int:
+    """One rank's part: the environment says which (torchrun's variables, or the test's)."""
     torch.set_num_threads(1)
     par = distributed.setup(timeout_s=60)
     try:
