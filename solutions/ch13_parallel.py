@@ -18,7 +18,7 @@ def memory_per_gpu(n_params, n_gpus: int, strategy: str = "ddp", mixed_precision
     and v 4 bytes each, and a float32 master copy (4) with mixed precision only. "ddp" splits
     nothing, "zero1" splits the optimizer state (master, m, v) n_gpus ways, "zero2" the gradients
     too, "zero3" the weights too. Raise ValueError naming strategy or n_gpus when they are not valid."""
-    # BEGIN SOLUTION Exercise 13.1 memory_per_gpu (Chapter 13, section 13.2 "Memory per parameter")
+    # BEGIN SOLUTION Exercise 13.1 memory_per_gpu (Chapter 13, section 13.1 "Memory per parameter")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
@@ -36,7 +36,7 @@ def communication_bytes(n_params, n_gpus: int, strategy: str = "ddp", bytes_per_
     sends 2 (N-1)/N P values, a reduce-scatter or an all-gather (N-1)/N P. "ddp", "zero1" and
     "zero2" move as much as one all-reduce of the gradients; "zero3" all-gathers the weights for
     the forward pass and again for the backward pass, and reduce-scatters the gradients."""
-    # BEGIN SOLUTION Exercise 13.2 communication_bytes (Chapter 13, section 13.3 "What travels")
+    # BEGIN SOLUTION Exercise 13.2 communication_bytes (Chapter 13, section 13.2 "What travels between the GPUs")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
@@ -53,7 +53,7 @@ def tensor_parallel_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     w_down (row-parallel). Return the list of the n partial outputs, each (..., d_model), whose sum
     (the all-reduce) is the SwiGLU output. Rank r's partial must use only rank r's slices.
     Raise ValueError naming n if n does not divide d_ff."""
-    # BEGIN SOLUTION Exercise 13.3 tensor_parallel_swiglu (Chapter 13, section 13.5 "Tensor parallel")
+    # BEGIN SOLUTION Exercise 13.3 tensor_parallel_swiglu (Chapter 13, section 13.4 "Tensor parallel")
     d_ff = w_gate.shape[0]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or d_ff % n:
         raise ValueError(f"n must be a positive int dividing d_ff ({d_ff}), got {n!r}")
