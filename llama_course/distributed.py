@@ -34,6 +34,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from .checks import check_bool, check_one_of, check_positive_int
+
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 TIMEOUT_S = 300   # a collective that waits longer than this ends the run instead of hanging
 
@@ -47,8 +49,7 @@ def training_bytes_per_parameter(mixed_precision: bool = True) -> dict[str, int]
         mixed precision   weights 2 (bf16) + gradients 2 (bf16) + master copy 4 + m 4 + v 4 = 16
         float32           weights 4 + gradients 4 + m 4 + v 4 = 16 (no master copy)
     """
-    if not isinstance(mixed_precision, bool):
-        raise TypeError(f"mixed_precision must be a bool, got {type(mixed_precision).__name__}")
+    check_bool("mixed_precision", mixed_precision)
     low = 2 if mixed_precision else 4
     parts = {"weights": low, "gradients": low, "master": 4 if mixed_precision else 0, "adam_m": 4, "adam_v": 4}
     parts["total"] = sum(parts.values())
@@ -56,10 +57,8 @@ def training_bytes_per_parameter(mixed_precision: bool = True) -> dict[str, int]
 
 
 def _check_strategy(strategy, n_gpus) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
-        raise ValueError(f"n_gpus must be a positive int, got {n_gpus!r}")
+    check_one_of("strategy", strategy, STRATEGIES)
+    check_positive_int("n_gpus", n_gpus)
 
 
 def memory_per_gpu(n_params: int, n_gpus: int, strategy: str = "ddp", mixed_precision: bool = True) -> float:
@@ -156,8 +155,7 @@ def barrier(par: Parallel, timeout_s: float = TIMEOUT_S) -> None:
 def check_batch(batch_size: int, world_size: int, accum_steps: int = 1) -> int:
     """Rows per rank per micro-step: batch_size / (world_size * accum_steps), which must be whole."""
     for name, value in (("batch_size", batch_size), ("world_size", world_size), ("accum_steps", accum_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(name, value)
     if batch_size % (world_size * accum_steps):
         raise ValueError(f"batch_size ({batch_size}) must be divisible by world_size ({world_size}) x "
                          f"accum_steps ({accum_steps}): every rank reads the same number of windows")
