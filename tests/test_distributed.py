@@ -190,6 +190,15 @@ def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
         train(other, *worker.data(), worker.TRAIN, out_dir=runs / "ddp-until5", resume=True)
 
 
+def test_ranks_read_disjoint_halves_of_the_batch():
+    windows = torch.arange(8 * 5).reshape(8, 5)
+    halves = [distributed.local_rows(windows, distributed.Parallel(rank=r, world_size=2)) for r in (0, 1)]
+    assert [h.shape[0] for h in halves] == [4, 4]
+    assert torch.equal(torch.cat(halves), windows)                       # together: exactly the batch
+    with pytest.raises(ValueError, match="divisible"):
+        distributed.local_rows(windows[:7], distributed.Parallel(rank=0, world_size=2))
+
+
 def test_memory_and_communication_match_the_zero_paper():
     # Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, mixed precision with Adam (K = 12)
     gb = 1e9
