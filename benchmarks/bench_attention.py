@@ -17,9 +17,8 @@ import time
 
 import torch
 
-from llama_course import get_device
 from llama_course.attention import causal_mask, scaled_dot_product_attention
-from llama_course.cost import synchronize
+from llama_course.device import get_device, synchronize
 
 
 def inputs(length, heads, head_dim, device, dtype):
@@ -69,12 +68,14 @@ def main():
     args = parser.parse_args()
     device = get_device()
     dtype = getattr(torch, args.dtype)
-    print(f"device {device}, {args.dtype}, batch 1, {args.heads} heads of {args.head_dim}, causal; torch {torch.__version__}")
+    print(f"device {device}, {args.dtype}, batch 1, {args.heads} heads of {args.head_dim}, causal; "
+          f"torch {torch.__version__}")
     cpu_peaks = {}
     if device.type == "cpu":  # first, while this process is small: a child inherits its peak RSS
         cpu_peaks = {L: [cpu_peak_bytes(b, L, args.heads, args.head_dim) for b in ("explicit", "sdpa")]
                      for L in args.lengths}
-    print(f"{'L':>6} {'explicit ms':>12} {'sdpa ms':>9} {'time ratio':>10} {'explicit MB':>12} {'sdpa MB':>8} {'memory ratio':>12}")
+    print(f"{'L':>6} {'explicit ms':>12} {'sdpa ms':>9} {'time ratio':>10} {'explicit MB':>12} {'sdpa MB':>8} "
+          f"{'memory ratio':>12}")
     for length in args.lengths:
         q, k, v = inputs(length, args.heads, args.head_dim, device, dtype)
         mask = causal_mask(length, device=device)

@@ -20,8 +20,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from llama_course import LlamaConfig, get_device
-from llama_course.cost import best_time, decode_bytes, measure_bandwidth, synchronize
+from llama_course import LlamaConfig
+from llama_course.cost import best_time, decode_bytes, measure_bandwidth
+from llama_course.device import get_device, synchronize
 from llama_course.generate import generate, stream_generate
 from llama_course.linear import linear
 from llama_course.model import Llama
@@ -110,7 +111,8 @@ def decode_bandwidth(device, steps=64, context=256, rounds=9):
     bandwidth = statistics.median(bandwidth for _, bandwidth in rounds)
     print(f"3. decode, {params / 1e6:.0f}M float32 parameters, context ~{context}, {nbytes / 1e6:.0f} MB/step: "
           f"{step * 1e3:.1f} ms/step = {nbytes / step / 1e9:.1f} GB/s; copy bandwidth {bandwidth:.1f} GB/s")
-    print(f"   decode / bandwidth, back to back in {len(rounds)} rounds: median {100 * statistics.median(fractions):.0f}% "
+    print(f"   decode / bandwidth, back to back in {len(rounds)} rounds: "
+          f"median {100 * statistics.median(fractions):.0f}% "
           f"(rounds {', '.join(f'{100 * f:.0f}' for f in fractions)}%; goal >= 50%)")
 
     matrices = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]

@@ -10,11 +10,16 @@ Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention
 
 Either way the model is first built on the ``meta`` device (no memory) and each tensor is
 assigned as its shard is read, so the peak memory is about one copy of the weights.
+
+Nothing is guessed: a tensor in two shards, an index entry outside the checkpoint folder, a tied
+head stored with different values, tensors of mixed dtypes (without ``dtype=``), a malformed
+config, index or shard all raise ValueError naming the file and the field.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import re
 from pathlib import Path
 
@@ -33,7 +38,23 @@ class CheckpointError(ValueError):
 def _read_json(path: Path, what: str) -> dict:
     if not path.is_file():
         raise ValueError(f"{path.parent} has no {path.name}: not a {what} checkpoint directory")
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot be read as JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _config_from_file(path: Path, parse, *args) -> LlamaConfig:
+    """``parse(*args)``, with a missing or malformed field reported as a ValueError naming ``path``."""
+    try:
+        return parse(*args)
+    except KeyError as err:
+        raise ValueError(f"{path}: missing field {err}") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def config_from_hf(hf: dict) -> LlamaConfig:
@@ -67,7 +88,14 @@ def config_from_hf(hf: dict) -> LlamaConfig:
 def _hf_shards(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = _read_json(index, "Hugging Face").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index}: field 'weight_map' must map tensor names to shard file names")
+        for name in sorted(set(weight_map.values())):
+            if Path(name).name != name or name in ("", ".", ".."):
+                raise ValueError(f"{index}: shard {name!r} is not a file in {path} (outside the checkpoint)")
+            if not (path / name).is_file():
+                raise ValueError(f"{index}: shard {name!r} is missing from {path}")
         return [path / name for name in sorted(set(weight_map.values()))]
     single = path / "model.safetensors"
     if single.is_file():
@@ -99,16 +127,25 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
     from safetensors import safe_open
 
     path = Path(path)
-    config = config_from_hf(_read_json(path / "config.json", "Hugging Face"))
+    config = _config_from_file(path / "config.json", config_from_hf, _read_json(path / "config.json", "Hugging Face"))
     device = torch.device(device or "cpu")
     with torch.device("meta"):
         model = Llama(config)
 
     def tensors():
+        found_in = {}                                          # tensor name -> the shard that held it
         for shard in _hf_shards(path):
-            with safe_open(str(shard), framework="pt", device=str(device)) as f:
-                for key in f.keys():
-                    yield key, hf_to_course_name(key), f.get_tensor(key)
+            try:
+                with safe_open(str(shard), framework="pt", device=str(device)) as f:
+                    for key in f.keys():
+                        if key in found_in:
+                            raise CheckpointError(f"{key} is in two shards: {found_in[key]} and {shard}")
+                        found_in[key] = shard
+                        yield key, hf_to_course_name(key), f.get_tensor(key)
+            except CheckpointError:
+                raise
+            except Exception as err:                           # safetensors' own errors and OS errors alike
+                raise ValueError(f"{shard}: not a readable safetensors file ({type(err).__name__}: {err})") from None
 
     return _assign(model, tensors(), dtype, device, str(path))
 
@@ -117,13 +154,17 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     """Move each (original name, course name, tensor) into the meta-built model; report every misfit."""
     params = dict(model.named_parameters())
     expected = {name: tuple(p.shape) for name, p in params.items()}
-    loaded, unexpected, misshaped = set(), [], []
+    loaded, unexpected, misshaped, dtypes, tied_head = set(), [], [], {}, None
     for original, name, tensor in tensors:
         if name is None:
+            continue
+        if name == "lm_head.weight" and model.config.tie_embeddings:
+            tied_head = (original, tensor)                     # compared with the embedding below
             continue
         if name not in expected:
             unexpected.append(original)
             continue
+        dtypes.setdefault(tensor.dtype, original)
         if tuple(tensor.shape) != expected[name]:
             misshaped.append(f"{original}: file {tuple(tensor.shape)}, model {expected[name]}")
             continue
@@ -132,9 +173,11 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
         setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
         loaded.add(name)
     if model.config.tie_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
+        _tie(model, tied_head, source)
         loaded.add("lm_head.weight")
-        unexpected = [u for u in unexpected if hf_to_course_name(u) != "lm_head.weight"]
+    if dtype is None and len(dtypes) > 1:
+        raise CheckpointError(f"{source} mixes dtypes (" + ", ".join(f"{d} in {n}" for d, n in dtypes.items()) +
+                              "): pass dtype= to load it in one")
     missing = sorted(set(expected) - loaded)
     if missing or unexpected or misshaped:
         lines = [f"{source} does not fit {type(model).__name__}:"]
@@ -145,6 +188,17 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval()
+
+
+def _tie(model: Llama, stored_head, source: str) -> None:
+    """The head is the embedding; a stored lm_head.weight must hold the same values."""
+    model.lm_head.weight = model.embed_tokens.weight
+    if stored_head is not None:
+        original, tensor = stored_head
+        embedding = model.embed_tokens.weight
+        if tensor.shape != embedding.shape or not torch.equal(tensor.to(embedding.device, embedding.dtype), embedding):
+            raise CheckpointError(f"{source}: tie_word_embeddings is true but {original} differs from the "
+                                  f"embedding; untie it in config.json to load both")
 
 
 # ------------------------------------------------------------------------------ Meta's format
@@ -200,21 +254,43 @@ def load_meta(path, dtype: torch.dtype | None = None, device=None) -> Llama:
     if not shards:
         raise ValueError(f"{path} has no consolidated.*.pth files")
     device = torch.device(device or "cpu")
-    parts = [torch.load(s, map_location=device, weights_only=True, mmap=True) for s in shards]
-    merged = {}
-    for name in parts[0]:
-        pieces = [p[name] for p in parts]
-        short = name.split(".")[-2] if name.endswith(".weight") else name
-        if len(pieces) == 1 or pieces[0].dim() == 1:
-            merged[name] = pieces[0]
-        elif name == "tok_embeddings.weight":  # Llama 2 splits the width, Llama 3 the vocabulary
-            dim = 1 if pieces[0].shape[1] * len(pieces) == params["dim"] else 0
-            merged[name] = torch.cat(pieces, dim=dim)
-        else:
-            merged[name] = torch.cat(pieces, dim=_SPLIT_DIM.get(short, 0))
+    parts = [_load_meta_shard(s, device) for s in shards]
+    dim = _config_from_file(path / "params.json", operator.itemgetter("dim"), params)
+    merged = {name: _merge_meta_pieces(name, parts, shards, dim) for name in parts[0]}
     del parts
+    if "tok_embeddings.weight" not in merged:
+        raise ValueError(f"{shards[0]}: no tok_embeddings.weight")
     vocab_size = merged["tok_embeddings.weight"].shape[0]
-    config = config_from_meta(params, vocab_size)
+    config = _config_from_file(path / "params.json", config_from_meta, params, vocab_size)
     with torch.device("meta"):
         model = Llama(config)
     return _assign(model, ((k, meta_to_course_name(k), v) for k, v in merged.items()), dtype, device, str(path))
+
+
+def _load_meta_shard(shard: Path, device: torch.device) -> dict:
+    """One consolidated.NN.pth: a dict of tensors, or a ValueError naming the file."""
+    try:
+        state = torch.load(shard, map_location=device, weights_only=True, mmap=True)
+    except Exception as err:                                   # pickle, zip and OS errors alike
+        raise ValueError(f"{shard}: not a readable PyTorch checkpoint ({type(err).__name__}: {err})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{shard}: expected a dict of tensors")
+    return state
+
+
+def _merge_meta_pieces(name: str, parts: list[dict], shards: list[Path], dim: int) -> torch.Tensor:
+    """One tensor from its model-parallel pieces (norms are replicated; matrices split along one dim)."""
+    for part, shard in zip(parts, shards):
+        if name not in part or set(part) != set(parts[0]):
+            raise ValueError(f"{shard}: holds other tensors than {shards[0]} (e.g. {name})")
+    pieces = [p[name] for p in parts]
+    short = name.split(".")[-2] if name.endswith(".weight") else name
+    if len(pieces) == 1 or pieces[0].dim() == 1:
+        return pieces[0]
+    split = _SPLIT_DIM.get(short, 0)
+    if name == "tok_embeddings.weight":                        # Llama 2 splits the width, Llama 3 the vocabulary
+        split = 1 if pieces[0].shape[1] * len(pieces) == dim else 0
+    try:
+        return torch.cat(pieces, dim=split)
+    except RuntimeError as err:
+        raise ValueError(f"{name}: the pieces in {shards[0].parent} do not fit together ({err})") from None

@@ -31,6 +31,8 @@ __all__ = [
     "check_positive_number",
     "check_same_device",
     "check_tensor",
+    "check_token_ids",
+    "check_type",
 ]
 
 
@@ -117,6 +119,14 @@ def check_bool(name: str, value) -> bool:
     return bool(value)
 
 
+def check_type(name: str, value, kind: type | tuple[type, ...]):
+    """An instance of ``kind`` (a class or a tuple of classes)."""
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TypeError(f"{name} must be a {names}, got {_type_name(value)}")
+    return value
+
+
 def check_one_of(name: str, value, options: Iterable):
     """One of ``options`` (compared with ==). A value of another type than the options -> TypeError."""
     options = tuple(options)
@@ -173,3 +183,17 @@ def check_same_device(**tensors) -> torch.device | None:
         where = ", ".join(f"{name} on {t.device}" for name, t in present.items())
         raise ValueError(f"all inputs must be on one device, got {where}")
     return devices.pop() if devices else None
+
+
+def check_token_ids(name: str, value, vocab_size: int, like: torch.Tensor | None = None,
+                    like_name: str | None = None) -> torch.Tensor:
+    """An int64 or int32 tensor of token ids, each in [0, vocab_size), on ``like``'s device. The
+    range check costs one device-to-host copy on a GPU; ids on the meta device hold no values."""
+    check_tensor(name, value, like=like, like_name=like_name)
+    if value.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {value.dtype}")
+    if value.device.type != "meta" and value.numel():
+        bad = value[(value < 0) | (value >= vocab_size)]
+        if bad.numel():
+            raise ValueError(f"{name} must be in [0, {vocab_size}) (the vocabulary), got {int(bad[0])}")
+    return value

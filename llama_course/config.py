@@ -9,6 +9,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .checks import check_bool, check_one_of, check_positive_int, check_positive_number, check_type
+
+_check_int = check_positive_int  # the old name, still imported by train.py
+
+
+def _check_ffn(d_model, multiple_of, ffn_dim_multiplier) -> None:
+    check_positive_int("d_model", d_model)
+    check_positive_int("multiple_of", multiple_of)
+    if ffn_dim_multiplier is not None:
+        check_positive_number("ffn_dim_multiplier", ffn_dim_multiplier)
+
 
 def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
     """Width of the SwiGLU feed-forward layer by Meta's rule.
@@ -20,17 +31,18 @@ def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: flo
     ``ffn_hidden_dim(4096) == 11008`` (LLaMA 7B), ``ffn_hidden_dim(8192, 4096, 1.3) == 28672``
     (Llama-2 70B).
     """
-    _check_int("d_model", d_model)
-    _check_int("multiple_of", multiple_of)
-    if ffn_dim_multiplier is not None:
-        if isinstance(ffn_dim_multiplier, bool) or not isinstance(ffn_dim_multiplier, (int, float)):
-            raise TypeError(f"ffn_dim_multiplier must be a number or None, got {type(ffn_dim_multiplier).__name__}")
-        if not ffn_dim_multiplier > 0:
-            raise ValueError(f"ffn_dim_multiplier must be > 0, got {ffn_dim_multiplier}")
+    _check_ffn(d_model, multiple_of, ffn_dim_multiplier)
     hidden = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+# Fields checked by kind in __post_init__; a new field joins one of these (or gets its own check).
+POSITIVE_INTS = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "n_experts",
+                 "n_experts_per_token", "multiple_of")
+POSITIVE_NUMBERS = ("rope_theta", "norm_eps")   # finite and > 0
+BOOLS = ("tie_embeddings", "qk_norm")
 
 
 @dataclass
@@ -76,33 +88,27 @@ class LlamaConfig:
     qk_norm: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len",
-                     "n_experts", "n_experts_per_token", "multiple_of"):
-            _check_int(name, getattr(self, name))
+        for name in POSITIVE_INTS:
+            setattr(self, name, check_positive_int(name, getattr(self, name)))
+        for name in POSITIVE_NUMBERS:
+            setattr(self, name, check_positive_number(name, getattr(self, name)))
+        for name in BOOLS:
+            check_bool(name, getattr(self, name))
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
-        _check_int("n_kv_heads", self.n_kv_heads)
         if self.d_ff is None:
             self.d_ff = ffn_hidden_dim(self.d_model, self.multiple_of, self.ffn_dim_multiplier)
-        _check_int("d_ff", self.d_ff)
-        for name in ("rope_theta", "norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        for name in ("tie_embeddings", "qk_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if self.head_dim is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
             self.head_dim = self.d_model // self.n_heads
-        _check_int("head_dim", self.head_dim)
-        if self.rope_layout not in ("interleaved", "half"):
-            raise ValueError(f"rope_layout must be 'interleaved' or 'half', got {self.rope_layout!r}")
-        if self.rope_scaling is not None and not isinstance(self.rope_scaling, dict):
-            raise TypeError(f"rope_scaling must be a dict or None, got {type(self.rope_scaling).__name__}")
+        for name in ("n_kv_heads", "d_ff", "head_dim"):   # derived when None
+            setattr(self, name, check_positive_int(name, getattr(self, name)))
+        if self.ffn_dim_multiplier is not None:
+            check_positive_number("ffn_dim_multiplier", self.ffn_dim_multiplier)
+        check_one_of("rope_layout", self.rope_layout, ("interleaved", "half"))
+        if self.rope_scaling is not None:
+            check_type("rope_scaling", self.rope_scaling, dict)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         if self.n_experts_per_token > self.n_experts:
@@ -116,13 +122,6 @@ class LlamaConfig:
         kept as they are; pass them again (``d_ff=None``) to derive them from the new shapes.
         """
         return dataclasses.replace(self, **changes)
-
-
-def _check_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
 
 
 # Published shapes. LLaMA-1: Touvron et al. 2023a, Table 2; Llama 2: Touvron et al. 2023b and
@@ -164,8 +163,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
 
     ``attention``, ``ffn``, ``router`` and ``norms`` are per block.
     """
-    if not isinstance(config, LlamaConfig):
-        raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
+    check_type("config", config, LlamaConfig)
     d, hd = config.d_model, config.head_dim
     expert = 3 * d * config.d_ff
     counts = {

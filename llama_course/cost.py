@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import LlamaConfig, _check_int, count_parameters
+from .checks import check_positive_int, check_positive_number
+from .config import LlamaConfig, count_parameters
+from .device import synchronize
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
+        check_positive_number(name, value)
 
 
 def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
@@ -104,18 +105,9 @@ def roofline_time(flops: float, nbytes: float, accelerator: Accelerator) -> floa
     return max(flops / (accelerator.tflops * 1e12), nbytes / (accelerator.bandwidth_gbs * 1e9))
 
 
-def synchronize(device) -> None:
-    """Wait for the device's queued work (CUDA and MPS run asynchronously; a CPU does not)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def best_time(fn, device, repeats: int = 5) -> float:
     """Seconds of the fastest of ``repeats`` calls of ``fn`` (after one warm-up call)."""
-    _check_int("repeats", repeats)
+    check_positive_int("repeats", repeats)
     fn()
     synchronize(device)
     times = []
@@ -130,7 +122,7 @@ def best_time(fn, device, repeats: int = 5) -> float:
 def measure_bandwidth(device=None, copy_mb: int = 256, repeats: int = 5) -> float:
     """GB/s of a large copy (``copy_mb`` MB read + the same written, as STREAM counts it), best of
     ``repeats``."""
-    _check_int("copy_mb", copy_mb)
+    check_positive_int("copy_mb", copy_mb)
     device = torch.device(device or "cpu")
     # The source must be written first: untouched pages of torch.empty all map to the operating
     # system's one zero page, which is read from cache and would inflate the bandwidth (~2x here).
@@ -142,7 +134,7 @@ def measure_bandwidth(device=None, copy_mb: int = 256, repeats: int = 5) -> floa
 def measure_accelerator(device=None, size: int = 2048, copy_mb: int = 256, repeats: int = 5) -> Accelerator:
     """Measure this machine: matmul TFLOP/s (size x size, float32 on CPU, bf16 elsewhere) and copy
     bandwidth (:func:`measure_bandwidth`). Best of ``repeats``."""
-    _check_int("size", size)
+    check_positive_int("size", size)
     device = torch.device(device or "cpu")
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     a = torch.randn(size, size, device=device, dtype=dtype)

@@ -23,8 +23,6 @@ the rendezvous address; ``setup`` reads them, choosing NCCL on CUDA and gloo on 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -239,83 +237,64 @@ SHARDED = "dcp"   # subdirectory of a checkpoint written by torch.distributed.ch
 
 
 def save(path: str | Path, model, optimizer, step: int, generator: torch.Generator, history: dict, cfg,
-         par: Parallel) -> None:
-    """Write a checkpoint once. Not sharded: rank 0 writes train.save_checkpoint's files. Sharded:
-    every rank writes its own shards with torch.distributed.checkpoint (no rank ever holds the whole
-    model) and rank 0 adds state.pt and config.json; the directory appears complete or not at all."""
-    from .train import save_checkpoint
+         par: Parallel, scaler: torch.amp.GradScaler | None = None) -> None:
+    """Write a checkpoint once, by train's crash-safe protocol (staging folder, fsync, manifest of
+    SHA-256, rename). Not sharded: rank 0 writes train.save_checkpoint's files. Sharded: every rank
+    writes its own shards into the staging folder with torch.distributed.checkpoint (no rank ever
+    holds the whole model), then rank 0 adds state.pt, config.json and the manifest and promotes it."""
+    from . import train
 
     path = Path(path)
     if not par.shard:
-        if par.is_main and (path / SHARDED).is_dir():          # replacing a sharded checkpoint
-            save_checkpoint(path.with_name(path.name + ".new"), unwrap(model), optimizer, step, generator, history, cfg)
-            _replace_directory(path.with_name(path.name + ".new"), path)
-        elif par.is_main:
-            save_checkpoint(path, unwrap(model), optimizer, step, generator, history, cfg)
+        if par.is_main:
+            train.save_checkpoint(path, unwrap(model), optimizer, step, generator, history, cfg, scaler)
         barrier(par)
         return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    staging = path.with_name(path.name + ".tmp")
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(staging / SHARDED))
     if par.is_main:
-        torch.save({"step": step, "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
-                    "history": history}, staging / "state.pt")
-        (staging / "config.json").write_text(json.dumps({"model": dataclasses.asdict(unwrap(model).config),
-                                                         "train": dataclasses.asdict(cfg)}, indent=1))
-        _replace_directory(staging, path)
+        train.recover_checkpoint(path)                         # 0. finish or undo an interrupted save
+    barrier(par)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    shards = path.with_name(path.name + ".tmp") / SHARDED
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(shards))  # each file fsync'd
+    if par.is_main:                                            # dcp.save returns once every rank has written
+        files = train.run_state_files(unwrap(model).config, None, step, generator, history, cfg, scaler)
+        written = tuple(f.relative_to(shards.parent).as_posix() for f in shards.rglob("*") if f.is_file())
+        train.commit_checkpoint(path, step, files, written)
     barrier(par)
 
 
-def _replace_directory(staging: Path, path: Path) -> None:
-    import shutil
-
-    previous = path.with_name(path.name + ".old")
-    if path.exists():
-        os.replace(path, previous)
-    os.replace(staging, path)
-    shutil.rmtree(previous, ignore_errors=True)
-
-
-def load(path: str | Path, model, optimizer, generator: torch.Generator, par: Parallel):
-    """Resume from a checkpoint written with any number of processes; returns (step, history).
+def load(path: str | Path, model, optimizer, generator: torch.Generator, cfg, par: Parallel,
+         scaler: torch.amp.GradScaler | None = None):
+    """Resume from the newest complete checkpoint at ``path``, written with any number of processes;
+    returns (step, history). FileNotFoundError if there is none.
 
     A sharded checkpoint is read by torch.distributed.checkpoint, which re-slices every tensor for
     the processes reading it (2 ranks -> 1, 1 -> 4, ...); train.save_checkpoint's files are read by
-    every rank. A checkpoint of another model shape is a ValueError."""
-    from .train import load_checkpoint
+    every rank. Both are checked first: every SHA-256, and the model and schedule (ValueError)."""
+    from . import train
 
-    path = Path(path)
-    if not (path / SHARDED).is_dir():
+    found = train.find_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"nothing to resume: {path} holds no complete checkpoint")
+    if not (found / SHARDED).is_dir():
         if par.shard:
-            raise ValueError(f"{path} is a whole-model checkpoint; resume it without --shard (the "
+            raise ValueError(f"{found} is a whole-model checkpoint; resume it without --shard (the "
                              f"sharded runs read checkpoints written with --shard)")
-        return load_checkpoint(path, unwrap(model), optimizer, generator)
+        return train.load_checkpoint(found, unwrap(model), optimizer, generator, cfg, scaler)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    _check_config(path, unwrap(model).config)
+    train.check_checkpoint(found, unwrap(model).config, cfg)
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
     with warnings.catch_warnings():   # one process reading a sharded checkpoint is intended, not a mistake
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(path / SHARDED))
+        dcp.load(state, checkpoint_id=str(found / SHARDED))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    extra = torch.load(path / "state.pt", weights_only=True)
-    generator.set_state(extra["generator"])
-    torch.set_rng_state(extra["torch_rng"])
-    return extra["step"], extra["history"]
-
-
-def _check_config(path: Path, config) -> None:
-    saved = json.loads((path / "config.json").read_text())["model"]
-    ours = dataclasses.asdict(config)
-    differing = {k: (saved.get(k), v) for k, v in ours.items() if saved.get(k) != v and k != "rope_scaling"}
-    if differing:
-        raise ValueError("the checkpoint was made for another model: " +
-                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differing.items()))
+    return train.restore_run_state(found, None, generator, scaler)
 
 
 # ------------------------------------------------------------------ a run to try a machine with

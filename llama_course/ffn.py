@@ -10,9 +10,11 @@ W_down is (d_model, d_ff). LLaMA uses no biases. Every position is transformed o
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .linear import Linear, linear
+from .checks import check_positive_int, check_tensor
+from .linear import Linear
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -20,32 +22,36 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(x)
 
 
+def _check_swiglu(x, w_gate, w_up, w_down) -> None:
+    check_tensor("x", x, min_ndim=1, floating=True)
+    for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
+        check_tensor(name, w, 2, like=x, like_name="x")
+    d_model, d_ff = x.shape[-1], w_gate.shape[0]
+    if w_gate.shape != (d_ff, d_model) or w_up.shape != w_gate.shape or d_ff == 0:
+        raise ValueError(f"w_gate and w_up must both be (d_ff >= 1, d_model={d_model}); got w_gate "
+                         f"{tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}")
+    if w_down.shape != (d_model, d_ff):
+        raise ValueError(f"w_down must be (d_model, d_ff) = {(d_model, d_ff)}, got {tuple(w_down.shape)}")
+
+
 def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     """SwiGLU FFN: x (..., d_model) -> (..., d_model) through a hidden width d_ff."""
-    for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
-        if not isinstance(w, torch.Tensor) or w.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D tensor, got {getattr(w, 'shape', type(w).__name__)}")
-    d_model = x.shape[-1]
-    if w_gate.shape[1] != d_model or w_up.shape != w_gate.shape:
-        raise ValueError(f"w_gate and w_up must both be (d_ff, d_model={d_model}); got w_gate "
-                         f"{tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}")
-    if w_down.shape != (d_model, w_gate.shape[0]):
-        raise ValueError(f"w_down must be (d_model, d_ff) = {(d_model, w_gate.shape[0])}, got {tuple(w_down.shape)}")
-    # linear(x, w) = x @ w.T, as F.linear (it spreads a decode step's few rows over the CPU cores, Ch. 8)
-    gate = silu(linear(x, w_gate))      # (..., d_ff) the gate branch: x W_gate^T
-    up = linear(x, w_up)                # (..., d_ff) the value branch: x W_up^T
-    return linear(gate * up, w_down)    # (..., d_model)
+    _check_swiglu(x, w_gate, w_up, w_down)
+    gate = silu(F.linear(x, w_gate))      # (..., d_ff) the gate branch: x W_gate^T
+    up = F.linear(x, w_up)                # (..., d_ff) the value branch: x W_up^T
+    return F.linear(gate * up, w_down)    # (..., d_model)
 
 
 class SwiGLU(nn.Module):
     """LLaMA's FFN with Hugging Face's names: gate_proj, up_proj, down_proj (Meta: w1, w3, w2).
-    ``Linear`` is nn.Linear with a decode step's few rows spread over the CPU's cores (Chapter 8)."""
+    Each projection is a ``Linear`` layer (nn.Linear, Chapter 8 says what it adds)."""
 
     def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
         super().__init__()
+        d_model, d_ff = check_positive_int("d_model", d_model), check_positive_int("d_ff", d_ff)
         self.gate_proj = Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
         self.up_proj = Linear(d_model, d_ff, bias=False, device=device, dtype=dtype)
         self.down_proj = Linear(d_ff, d_model, bias=False, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return swiglu(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))   # (..., d_model)

@@ -3,7 +3,7 @@
     prefill   model(prompt, cache)          -> logits of the last position; the cache holds the prompt
     decode    model(token, cache)           -> the next logits; position = number of cached tokens
 
-Sampling: temperature 0 is greedy (argmax). Otherwise logits / temperature, keep the top_k
+Sampling: temperature 0 is greedy (argmax). Otherwise logits / temperature (at least float32), keep the top_k
 largest and/or the smallest set of tokens whose probabilities sum to at least top_p (the
 nucleus), renormalise, and draw with ``generator``.
 """
@@ -11,30 +11,29 @@ nucleus), renormalise, and draw with ``generator``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
+from .attention import check_attention_mask
+from .checks import check_int, check_number, check_positive_int, check_token_ids
 from .kv_cache import KVCache
 
-
-def _check_temperature(temperature) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+if TYPE_CHECKING:  # model.py does not import this module; the hint alone needs the class
+    from .model import Llama
 
 
-def _check_top_k(top_k) -> None:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-
-
-def _check_top_p(top_p) -> None:
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+def _check_sampling(temperature, top_k, top_p) -> None:
+    check_number("temperature", temperature, low=0)
+    if top_k is not None:
+        check_positive_int("top_k", top_k)
+    if top_p is not None:
+        check_number("top_p", top_p, 0, 1, low_open=True)
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Set every logit below the k-th largest of its row to -inf. logits (..., V)."""
-    _check_top_k(top_k)
+    check_positive_int("top_k", top_k)
     k = min(top_k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]                     # (..., 1)
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -43,9 +42,9 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose probabilities sum to >= top_p (the nucleus);
     set the other logits to -inf. The most likely token is always kept. logits (..., V)."""
-    _check_top_p(top_p)
+    check_number("top_p", top_p, 0, 1, low_open=True)
     sorted_logits, order = logits.sort(dim=-1, descending=True)         # (..., V)
-    probs = sorted_logits.float().softmax(dim=-1)
+    probs = sorted_logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs                          # probability of the better tokens
     drop_sorted = mass_before >= top_p                                  # already enough mass before it
     drop = drop_sorted.scatter(-1, order, drop_sorted)                  # back to vocabulary order
@@ -54,11 +53,15 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row from logits (B, V): argmax at temperature 0, else a filtered draw. Returns (B,)."""
-    _check_temperature(temperature)
+    """One token per row from logits (B, V): argmax at temperature 0, else a filtered draw. Returns (B,).
+
+    The logits are shifted so that their maximum is 0 before the division by the temperature (at
+    least float32), so that even a tiny temperature cannot overflow: it tends to argmax."""
+    _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (B, V) at least float32
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (B, V) <= 0: no overflow
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
@@ -67,27 +70,30 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
-def _check(input_ids, max_new_tokens, temperature, top_k, top_p, config):
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be a (batch, seq) tensor, got "
-                         f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
-    if input_ids.shape[1] == 0:
-        raise ValueError("input_ids is an empty prompt: give at least one token (e.g. BOS)")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    _check_temperature(temperature)
-    if top_k is not None:
-        _check_top_k(top_k)
-    if top_p is not None:
-        _check_top_p(top_p)
-    total = input_ids.shape[1] + max_new_tokens
+def _check_generate(model: Llama, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,
+                    attention_mask) -> None:
+    config = model.config
+    check_token_ids("input_ids", input_ids, config.vocab_size)
+    if input_ids.dim() != 2 or 0 in input_ids.shape:
+        raise ValueError(f"input_ids must be a (batch, seq) prompt with batch, seq >= 1: an empty prompt needs at "
+                         f"least one token (e.g. BOS); got shape {tuple(input_ids.shape)}")
+    total = input_ids.shape[1] + check_int("max_new_tokens", max_new_tokens, low=0)
     if total > config.max_seq_len:
         raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) = {total} "
                          f"exceeds the model's max_seq_len ({config.max_seq_len})")
+    _check_sampling(temperature, top_k, top_p)
+    if eos_token_id is not None:
+        check_int("eos_token_id", eos_token_id, 0, config.vocab_size - 1)
+    if attention_mask is not None:
+        check_attention_mask(attention_mask)
+        if attention_mask.device.type != "meta" and bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()
+                                                         | (attention_mask[:, -1] == 0).any()):
+            raise ValueError("attention_mask has right padding (a 0 after a 1, or a row ending in 0): generation "
+                             "continues from each row's last token, so pad prompts on the left")
 
 
 @torch.no_grad()
-def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
                     attention_mask: torch.Tensor | None = None,
                     generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
@@ -96,14 +102,13 @@ def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, tempera
     A row that has produced ``eos_token_id`` keeps yielding it; the stream ends after
     ``max_new_tokens`` steps or when every row has finished.
     """
-    config = model.config
-    _check(input_ids, max_new_tokens, temperature, top_k, top_p, config)
+    _check_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, attention_mask)
     if max_new_tokens == 0:
         return
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     dtype = next(model.parameters()).dtype
-    cache = KVCache(config, batch, prompt_len + max_new_tokens, device=device, dtype=dtype)
+    cache = KVCache(model.config, batch, prompt_len + max_new_tokens, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
@@ -116,10 +121,11 @@ def stream_generate(model, input_ids: torch.Tensor, max_new_tokens: int, tempera
             return
         if attention_mask is not None:   # padded rows: the new token is real, extend the mask
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        logits = model(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # decode: (B, V)
+        # decode: the model's own token needs no checks (each would make a GPU wait, Chapter 8)
+        logits = model.logits(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # (B, V)
 
 
-def generate(model, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
              attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """The prompt followed by up to ``max_new_tokens`` new tokens per row, (B, T + n).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_int, check_positive_int, check_tensor, check_type
 from .config import LlamaConfig
 
 
@@ -19,11 +20,9 @@ class KVCache:
 
     def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
                  device=None, dtype=None):
-        max_seq_len = config.max_seq_len if max_seq_len is None else max_seq_len
-        for name, value in (("batch_size", batch_size), ("max_seq_len", max_seq_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        shape = (batch_size, config.n_kv_heads, max_seq_len, config.head_dim)
+        check_type("config", config, LlamaConfig)
+        max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
+        shape = (check_positive_int("batch_size", batch_size), config.n_kv_heads, max_seq_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
         self.batch_size, self.max_seq_len, self.n_layers = batch_size, max_seq_len, config.n_layers
@@ -33,22 +32,28 @@ class KVCache:
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (batch, n_kv_heads, new, head_dim) after the cached positions of ``layer``;
         return all keys and values so far, (batch, n_kv_heads, length + new, head_dim)."""
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
-        new = k.shape[-2]
-        end = self.length + new
-        if end > self.max_seq_len:
-            raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
-                             f"{self.length} are filled and {new} more do not fit")
-        batch, heads, _, head_dim = self.keys[layer].shape
-        for name, t in (("k", k), ("v", v)):
-            if t.shape != (batch, heads, new, head_dim):
-                raise ValueError(f"{name} must be (batch, n_kv_heads, new, head_dim) = {(batch, heads, new, head_dim)} "
-                                 f"as the cache was made, got {tuple(t.shape)}")
+        self._check_update(layer, k, v)
+        end = self.length + k.shape[-2]
         self.keys[layer][:, :, self.length:end] = k       # in place: no copy of the past
         self.values[layer][:, :, self.length:end] = v
-        self._pending = new
+        self._pending = k.shape[-2]
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def _check_update(self, layer, k, v) -> None:
+        check_int("layer", layer, 0, self.n_layers - 1)
+        buffer = self.keys[layer]
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, 4, like=buffer, like_name="the cache")
+            if t.dtype != buffer.dtype:
+                raise TypeError(f"{name} is {t.dtype} but the cache holds {buffer.dtype}: make the cache "
+                                f"with the model's dtype")
+            if t.shape != (*buffer.shape[:2], k.shape[-2], buffer.shape[-1]):
+                raise ValueError(f"{name} must be (batch, n_kv_heads, new, head_dim) = "
+                                 f"{(*buffer.shape[:2], k.shape[-2], buffer.shape[-1])} as the cache was made, "
+                                 f"got {tuple(t.shape)}")
+        if self.length + k.shape[-2] > self.max_seq_len:
+            raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
+                             f"{self.length} are filled and {k.shape[-2]} more do not fit")
 
     def advance(self) -> None:
         """Called by the model after all layers wrote this step's positions."""
@@ -61,9 +66,7 @@ class KVCache:
 
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` positions (e.g. to rewind a rejected draft)."""
-        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.length:
-            raise ValueError(f"length must be an int in [0, {self.length}], got {length!r}")
-        self.length = length
+        self.length = check_int("length", length, 0, self.length)
 
     def nbytes(self) -> int:
         """Bytes held by the buffers (all layers, keys and values)."""

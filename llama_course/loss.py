@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from .embedding import first_out_of_range
+from .checks import check_tensor, check_token_ids
+
+
+def _check_loss(logits, token_ids) -> None:
+    check_tensor("logits", logits, 3, floating=True)
+    check_token_ids("token_ids", token_ids, logits.shape[-1], like=logits, like_name="logits")
+    if token_ids.shape != logits.shape[:2]:
+        raise ValueError(f"token_ids must be (batch, seq) = {tuple(logits.shape[:2])}, "
+                         f"got {tuple(token_ids.shape)}")
+    if logits.shape[0] < 1 or logits.shape[1] < 2:
+        raise ValueError(f"need at least 1 sequence of at least 2 positions to predict a next token, "
+                         f"got logits of shape {tuple(logits.shape)}")
 
 
 def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
@@ -21,22 +32,8 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
     log p = z - logsumexp(z) is computed in float32 (float64 stays float64) with the maximum
     subtracted, so logits of magnitude 1e4 give a finite loss. Returns a scalar in that dtype.
     """
-    if not isinstance(logits, torch.Tensor) or not isinstance(token_ids, torch.Tensor):
-        raise TypeError("logits and token_ids must be torch.Tensors")
-    if logits.dim() != 3:
-        raise ValueError(f"logits must be (batch, seq, vocab), got shape {tuple(logits.shape)}")
-    if token_ids.shape != logits.shape[:2]:
-        raise ValueError(f"token_ids must be (batch, seq) = {tuple(logits.shape[:2])}, "
-                         f"got {tuple(token_ids.shape)}")
-    if token_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"token_ids must be int64 or int32, got {token_ids.dtype}")
-    if logits.shape[1] < 2:
-        raise ValueError(f"need at least 2 positions to predict a next token, got seq={logits.shape[1]}")
-    bad = first_out_of_range(token_ids, logits.shape[-1])
-    if bad is not None:
-        raise ValueError(f"token_ids must be in [0, {logits.shape[-1]}) (the logits' vocab), got {bad}")
-    dtype = torch.promote_types(logits.dtype, torch.float32)          # bf16/fp16 -> fp32
-    z = logits[:, :-1].to(dtype)                                      # (B, T-1, V) predictions
+    _check_loss(logits, token_ids)
+    z = logits[:, :-1].to(torch.promote_types(logits.dtype, torch.float32))  # (B, T-1, V) predictions
     targets = token_ids[:, 1:].long()                                 # (B, T-1)    what came next
     z = z - z.amax(dim=-1, keepdim=True)                              # (B, T-1, V) max is 0: exp() <= 1
     log_probs = z - torch.logsumexp(z, dim=-1, keepdim=True)          # (B, T-1, V) log softmax

@@ -3,6 +3,10 @@
     h = x + Attention(RMSNorm(x))          Pre-Norm residual around attention (RoPE inside)
     y = h + SwiGLU(RMSNorm(h))             Pre-Norm residual around the FFN
 
+``Attention`` is Chapter 4's MultiHeadAttention with the later chapters' steps added, each one
+line of its forward: RoPE (Chapter 5), the KV cache (Chapter 8), QK-norm and shared key/value
+heads (Chapter 9).
+
 Parameter names follow Hugging Face's LlamaForCausalLM without its "model." prefix, so a
 transformers checkpoint loads by name (checkpoint.py). No biases anywhere.
 
@@ -12,19 +16,94 @@ Default initialisation (for training from scratch, Chapter 11): every Linear and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from .attention import Attention, _check_backend, causal_mask, padding_mask
+from .attention import BACKENDS, MultiHeadAttention, causal_mask, merge_heads, padding_mask
+from .checks import check_one_of, check_tensor, check_token_ids, check_type
 from .config import LlamaConfig
-from .embedding import first_out_of_range
 from .ffn import SwiGLU
+from .gqa import gqa_attention
+from .kv_cache import KVCache
 from .linear import Linear
 from .moe import MoE
 from .norm import RMSNorm
-from .rope import RotaryEmbedding
+from .rope import RotaryEmbedding, check_positions
 
 INIT_STD = 0.02
+
+# What a position hook receives as positions: (T,) or (B, T) integers, or RoPE's (cos, sin) for them.
+Positions = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+# A position hook: (q, k, positions) -> (q, k). Chapter 4 has none; Chapter 5 puts RoPE here.
+PositionHook = Callable[[torch.Tensor, torch.Tensor, Positions], tuple[torch.Tensor, torch.Tensor]]
+
+
+def causal_inputs(seq: int, past: int = 0, attention_mask: torch.Tensor | None = None, device=None,
+                  mask: torch.Tensor | None = None,
+                  positions: Positions | None = None) -> tuple[torch.Tensor | None, Positions]:
+    """The attention mask and the positions of ``seq`` new tokens after ``past`` cached ones; a
+    ``mask`` or ``positions`` given is kept. The one place where these defaults are decided, for
+    Llama.forward and for an Attention layer called on its own.
+
+        mask       causal (T, T_kv), combined with the padding of ``attention_mask`` (B, 1, T, T_kv);
+                   None for one new token without padding: it may see every key (and torch's fused
+                   kernels are much faster without a mask)
+        positions  past .. past + T - 1, (T,); with an ``attention_mask`` (B, T_kv) of 0/1 each row
+                   counts from its first real token, (B, T)
+    """
+    if mask is None and (seq > 1 or attention_mask is not None):
+        mask = causal_mask(seq, past + seq, device=device)                                # (T, T_kv)
+        if attention_mask is not None:
+            mask = mask & padding_mask(attention_mask)                                   # (B, 1, T, T_kv)
+    if positions is None and attention_mask is not None:
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]        # (B, T)
+    elif positions is None:
+        positions = torch.arange(past, past + seq, device=device)                        # (T,)
+    return mask, positions
+
+
+class Attention(MultiHeadAttention):
+    """LLaMA's attention: Chapter 4's multi-head attention (q_proj, k_proj, v_proj, o_proj, causal
+    mask) with the later chapters' steps, each one line of ``forward``:
+
+        q_norm, k_norm   QK-norm (Qwen3, Chapter 9): RMSNorm over each head's queries and keys
+        position_hook    RoPE (Chapter 5): rotates q and k by their positions, never v
+        cache            the KV cache (Chapter 8): this call's k, v appended, all of them read back
+        gqa_attention    shared key/value heads (Chapter 9): H_kv = config.n_kv_heads <= H
+    """
+
+    def __init__(self, config: LlamaConfig, backend: str = "explicit",
+                 position_hook: PositionHook | None = None, device=None, dtype=None):
+        super().__init__(config, backend, device=device, dtype=dtype)
+        self.position_hook = position_hook
+        if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
+            self.q_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
+            self.k_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
+                cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d).
+
+        ``mask``: boolean, broadcastable to (B, H, T, T_kv); None means causal. ``positions`` (T,)
+        or (B, T) for the position hook; None means cache.length .. cache.length + T - 1.
+        ``cache``: a KVCache; this call's keys and values are appended to its layer ``layer_idx``
+        and the queries attend to everything cached.
+        """
+        past = cache.length if cache is not None else 0
+        mask, positions = causal_inputs(x.shape[1], past, device=x.device, mask=mask, positions=positions)
+        q, k, v = self.project(x)                          # (B, H, T, hd), (B, H_kv, T, hd) twice
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)          # Chapter 9: per head, over hd
+        if self.position_hook is not None:
+            q, k = self.position_hook(q, k, positions)     # Chapter 5: rotate q and k, never v
+        if cache is not None:
+            k, v = cache.update(layer_idx, k, v)           # Chapter 8: (B, H_kv, T_kv, hd) past + new
+        out = gqa_attention(q, k, v, mask, self.backend)   # Chapter 9: (B, H, T, hd), KV heads shared
+        return self.o_proj(merge_heads(out))               # (B, T, d)
 
 
 class LlamaBlock(nn.Module):
@@ -41,8 +120,8 @@ class LlamaBlock(nn.Module):
         else:
             self.mlp = SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                cache=None, layer_idx: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
+                cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
         h = x + self.self_attn(self.input_layernorm(x), mask, positions, cache, layer_idx)  # (B, T, d)
         return h + self.mlp(self.post_attention_layernorm(h))                                # (B, T, d)
 
@@ -52,9 +131,7 @@ class Llama(nn.Module):
 
     def __init__(self, config: LlamaConfig, device=None, dtype=None):
         super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
-        self.config = config
+        self.config = check_type("config", config, LlamaConfig)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, device=device, dtype=dtype)
         self.rotary = self._make_rotary(device)
         self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype) for _ in range(config.n_layers))
@@ -82,7 +159,7 @@ class Llama(nn.Module):
     def set_attention_backend(self, backend: str) -> Llama:
         """"explicit" (every step spelled out, the default) or "sdpa" (torch's fused kernels: the
         choice for speed, especially on GPUs). The results agree up to rounding."""
-        _check_backend(backend)
+        check_one_of("backend", backend, BACKENDS)
         for layer in self.layers:
             layer.self_attn.backend = backend
         return self
@@ -95,7 +172,7 @@ class Llama(nn.Module):
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache=None,
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
@@ -104,39 +181,42 @@ class Llama(nn.Module):
         cache          a KVCache: this call's keys/values are appended, queries see all of them
         attention_mask (B, T_past + T) of 0/1, Hugging Face style (1 = real token, 0 = padding)
         """
-        self._check_ids(input_ids)
-        batch, seq = input_ids.shape
+        self._check_inputs(input_ids, positions, cache, attention_mask)
+        return self.logits(input_ids, positions, cache, attention_mask)
+
+    def logits(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`forward` without its argument checks, for inputs known to be valid: the decode
+        loop's own tokens (Chapter 8). On a GPU a check that reads values (token ids in range)
+        makes the CPU wait for the GPU, and a decode step would pay that wait every time."""
         past = cache.length if cache is not None else 0
-        kv_len = past + seq
-        # one new token may see every cached one: no mask (fused kernels are much faster without)
-        mask = None
-        if seq > 1 or attention_mask is not None:
-            mask = causal_mask(seq, kv_len, device=input_ids.device)                   # (T, T_kv)
-        if attention_mask is not None:
-            if attention_mask.shape != (batch, kv_len):
-                raise ValueError(f"attention_mask must be (batch, past + new) = {(batch, kv_len)}, "
-                                 f"got {tuple(attention_mask.shape)}")
-            mask = mask & padding_mask(attention_mask)                                 # (B, 1, T, T_kv)
-            if positions is None:
-                positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]  # (B, T)
-        if positions is None:
-            positions = torch.arange(past, kv_len, device=input_ids.device)            # (T,)
-        x = self.embed_tokens(input_ids)                                               # (B, T, d)
+        mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
+                                        positions=positions)                       # (B, 1, T, T_kv), (B, T)
+        angles = self.rotary.rows(positions)            # RoPE's cos, sin (..., T, hd/2), once for all layers
+        x = self.embed_tokens(input_ids)                                           # (B, T, d)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, positions, cache, i)                                    # (B, T, d)
+            x = layer(x, mask, angles, cache, i)                                   # (B, T, d)
         if cache is not None:
             cache.advance()
-        return self.lm_head(self.norm(x))                                              # (B, T, V)
+        return self.lm_head(self.norm(x))                                          # (B, T, V)
 
-    def _check_ids(self, input_ids) -> None:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-            raise TypeError(f"input_ids must be an integer tensor, got "
-                            f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}")
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must be (batch, seq) with seq >= 1, got shape {tuple(input_ids.shape)}")
-        bad = first_out_of_range(input_ids, self.config.vocab_size)
-        if bad is not None:
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+    def _check_inputs(self, input_ids, positions, cache, attention_mask) -> None:
+        check_token_ids("input_ids", input_ids, self.config.vocab_size, like=self.embed_tokens.weight,
+                        like_name="the model's weights")
+        if input_ids.dim() != 2 or 0 in input_ids.shape:
+            raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
+        end = (cache.length if cache is not None else 0) + input_ids.shape[1]
+        if positions is not None:
+            check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
+            check_positions(positions, self.config.max_seq_len)
+        elif end > self.config.max_seq_len:   # the default positions: known here without reading a tensor
+            raise ValueError(f"positions must be in [0, {self.config.max_seq_len}) (max_seq_len), got up to {end - 1}")
+        if attention_mask is not None:
+            check_tensor("attention_mask", attention_mask, 2)     # dtype and 0/1 values: padding_mask
+            expected = (input_ids.shape[0], (cache.length if cache is not None else 0) + input_ids.shape[1])
+            if tuple(attention_mask.shape) != expected:
+                raise ValueError(f"attention_mask must be (batch, past + new) = {expected}, "
+                                 f"got {tuple(attention_mask.shape)}")
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:

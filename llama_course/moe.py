@@ -1,6 +1,6 @@
 """Mixture of Experts (Chapter 10): many SwiGLU FFNs per layer, a router picks k for each token.
 
-    p       = softmax(x W_router^T)                 (N, E) in float32: how much each expert fits
+    p       = softmax(x W_router^T)                 (N, E) in float32 (at least): how each expert fits
     w, e    = top-k of p                            the k best experts of every token
     w       = w / sum(w)                            renormalised (Mixtral; Qwen3-MoE's default skips it)
     y       = sum_j w_j * Expert_{e_j}(x)           only k of the E experts run for a token
@@ -9,7 +9,7 @@ Tokens are grouped by expert (a sort), each expert runs once on its group, and t
 added back with index_add_: the work is k / E of running every expert on every token.
 
 Auxiliary losses: load balancing (Switch Transformer / Mixtral, as in transformers) and the
-router z-loss (ST-MoE). Optional capacity factor: each expert takes at most
+router z-loss (ST-MoE). Optional capacity factor (None: no limit): each expert takes at most
 ceil(capacity_factor * N * k / E) assignments; the rest are dropped (in token order).
 """
 
@@ -20,28 +20,31 @@ import math
 import torch
 from torch import nn
 
+from .checks import check_int, check_positive_int, check_positive_number, check_tensor
 from .ffn import SwiGLU
 
 
-def _check_topk(top_k, n_experts) -> None:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= n_experts:
-        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
-
-
-def _layers(router_logits) -> tuple[torch.Tensor, ...]:
-    """One (N, E) tensor or a tuple/list of them (one per layer) -> a non-empty tuple of tensors."""
+def _layers(router_logits, n_experts: int | None = None) -> tuple[torch.Tensor, ...]:
+    """One (N, E) tensor or a tuple/list of them (one per layer) -> a non-empty tuple of floating
+    tensors with E = n_experts (when given) and at least one token."""
     layers = tuple(router_logits) if isinstance(router_logits, (tuple, list)) else (router_logits,)
-    if not layers or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in layers):
+    if not layers:
         raise ValueError("router_logits must be an (N, n_experts) tensor or a non-empty tuple of them")
+    for i, logits in enumerate(layers):
+        check_tensor(f"router_logits[{i}]", logits, min_ndim=1, floating=True,
+                     like=layers[0], like_name="router_logits[0]")
+        if n_experts is not None and logits.shape[-1] != n_experts:
+            raise ValueError(f"router logits have {logits.shape[-1]} experts in their last dimension, "
+                             f"expected n_experts={n_experts}")
+        if logits.numel() == 0:
+            raise ValueError(f"router_logits[{i}] of shape {tuple(logits.shape)} hold no tokens: the loss is undefined")
     return layers
 
 
 def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Routing weights (N, k) in float32 and expert indices (N, k) from router logits (N, E)."""
-    if not isinstance(router_logits, torch.Tensor) or router_logits.dim() < 1:
-        raise ValueError("router_logits must be a (..., n_experts) tensor")
-    _check_topk(top_k, router_logits.shape[-1])
-    probs = torch.softmax(router_logits.float(), dim=-1)          # (N, E) float32
+    """Routing weights (N, k) in float32 (at least) and expert indices (N, k) from router logits (N, E)."""
+    check_int("top_k", top_k, 1, check_tensor("router_logits", router_logits, min_ndim=1, floating=True).shape[-1])
+    probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float32)), dim=-1)  # (N, E)
     weights, experts = probs.topk(top_k, dim=-1)                  # (N, k), (N, k)
     if normalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)     # the k weights sum to 1
@@ -59,10 +62,9 @@ class MoE(nn.Module):
     def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int, normalize_topk: bool = True,
                  capacity_factor: float | None = None, device=None, dtype=None):
         super().__init__()
-        _check_topk(top_k, n_experts)
-        if capacity_factor is not None and (isinstance(capacity_factor, bool) or
-                                            not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0):
-            raise ValueError(f"capacity_factor must be > 0 or None, got {capacity_factor!r}")
+        check_int("top_k", top_k, 1, check_positive_int("n_experts", n_experts))
+        if capacity_factor is not None:   # None: no limit
+            check_positive_number("capacity_factor", capacity_factor)
         self.n_experts, self.top_k = n_experts, top_k
         self.normalize_topk, self.capacity_factor = normalize_topk, capacity_factor
         self.gate = nn.Linear(d_model, n_experts, bias=False, device=device, dtype=dtype)
@@ -71,6 +73,7 @@ class MoE(nn.Module):
         self.dropped = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, min_ndim=1, floating=True, like=self.gate.weight, like_name="the router's weight")
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                    # (N, d) every token
         logits = self.gate(x)                                           # (N, E)
@@ -113,32 +116,38 @@ def load_balancing_loss(router_logits, n_experts: int, top_k: int,
     ``router_logits``: one (N, E) tensor or a tuple of them (one per layer, pooled).
     ``attention_mask`` (batch, seq) of 0/1 leaves padding out.
     """
-    layers = _layers(router_logits)
+    layers = _check_balancing(router_logits, n_experts, top_k, attention_mask)
+    device, dtype = layers[0].device, torch.promote_types(layers[0].dtype, torch.float32)  # at least float32
+    assigned = torch.zeros(n_experts, device=device, dtype=dtype)             # top-k assignments per expert
+    probability = torch.zeros(n_experts, device=device, dtype=dtype)          # router probability per expert
+    rows = torch.zeros((), device=device, dtype=dtype)                        # tokens counted
     for logits in layers:
-        if logits.shape[-1] != n_experts:
-            raise ValueError(f"router logits have {logits.shape[-1]} experts in their last dimension, "
-                             f"expected n_experts={n_experts}")
-        if attention_mask is not None and attention_mask.numel() != logits.numel() // n_experts:
-            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have one entry per token "
-                             f"of the router logits {tuple(logits.shape)}")
-    _check_topk(top_k, n_experts)
-    device = layers[0].device
-    assigned = torch.zeros(n_experts, device=device, dtype=torch.float32)       # statistics in float32
-    probability = torch.zeros(n_experts, device=device, dtype=torch.float32)
-    rows = torch.zeros((), device=device, dtype=torch.float32)
-    for logits in layers:
-        probs = torch.softmax(logits.float().reshape(-1, n_experts), dim=-1)   # (N, E)
+        probs = torch.softmax(logits.to(dtype).reshape(-1, n_experts), dim=-1)  # (N, E)
         chosen = probs.topk(top_k, dim=-1).indices                            # (N, k)
         keep = probs.new_ones(probs.shape[0]) if attention_mask is None else \
-            attention_mask.reshape(-1).to(device=device, dtype=torch.float32)  # (N,)
+            attention_mask.reshape(-1).to(device=device, dtype=dtype)          # (N,) 1 = a real token
         assigned = assigned.scatter_add(0, chosen.reshape(-1), keep.repeat_interleave(top_k))
         probability = probability + (probs * keep[:, None]).sum(dim=0)
         rows = rows + keep.sum()
+    rows = rows.clamp(min=1)                                                  # every token masked: loss 0
     return n_experts * torch.sum((assigned / rows) * (probability / rows))
+
+
+def _check_balancing(router_logits, n_experts, top_k, attention_mask) -> tuple[torch.Tensor, ...]:
+    check_int("top_k", top_k, 1, check_positive_int("n_experts", n_experts))
+    layers = _layers(router_logits, n_experts)
+    if attention_mask is not None:
+        check_tensor("attention_mask", attention_mask, like=layers[0], like_name="router_logits")
+        for logits in layers:
+            if attention_mask.numel() != logits.numel() // n_experts:
+                raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have one entry per token "
+                                 f"of the router logits {tuple(logits.shape)}")
+    return layers
 
 
 def router_z_loss(router_logits) -> torch.Tensor:
     """ST-MoE's z-loss: mean over tokens of logsumexp(router logits)^2; keeps the logits small."""
     layers = _layers(router_logits)
-    z = torch.cat([torch.logsumexp(l.float().reshape(-1, l.shape[-1]), dim=-1) for l in layers])
+    dtype = torch.promote_types(layers[0].dtype, torch.float32)                            # at least float32
+    z = torch.cat([torch.logsumexp(l.to(dtype).reshape(-1, l.shape[-1]), dim=-1) for l in layers])  # (all N,)
     return z.pow(2).mean()

@@ -5,6 +5,7 @@
 
 Both act on the last dimension, one token at a time. RMSNorm keeps the direction of x and sets
 its root-mean-square to |gamma| (for a constant gamma); it skips the mean, and the bias.
+The statistics are computed in float32, or in float64 for float64 inputs ("at least float32").
 """
 
 from __future__ import annotations
@@ -12,49 +13,50 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checks import check_positive_int, check_positive_number, check_tensor
 
-def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, name: str = "weight") -> None:
-    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError(f"x and {name} must be torch.Tensors")
-    if weight.shape != x.shape[-1:]:
-        raise ValueError(f"{name} must have shape {tuple(x.shape[-1:])} (x's last dimension, x is "
-                         f"{tuple(x.shape)}), got {tuple(weight.shape)}")
-    _check_eps(eps)
+HUGE = 2.0 ** 60  # rows with |x| above this are divided by their largest |x| first: x^2 would overflow float32
 
 
-def _check_eps(eps) -> None:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise ValueError(f"eps must be a number > 0, got {eps!r}")
+def _check_norm(x, weight, eps, bias=None) -> None:
+    check_tensor("x", x, min_ndim=1, floating=True)
+    check_tensor("weight", weight, shape=x.shape[-1:], like=x, like_name="x")
+    if bias is not None:
+        check_tensor("bias", bias, shape=x.shape[-1:], like=x, like_name="x")
+    check_positive_number("eps", eps)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last dimension.
 
-    As in LLaMA: the statistics are computed in float32, the result is cast back to x's dtype,
-    and only then multiplied by the weight. Returns x's dtype. x (..., d), weight (d,).
+    As in LLaMA: the statistics are computed in float32 (at least), the result is cast back to x's
+    dtype, and only then multiplied by the weight. Returns x's dtype. x (..., d), weight (d,).
+    A row whose squares would overflow is first divided by its largest |x| (s = 1 for every other
+    row, which leaves them bit for bit as LLaMA computes them).
     """
-    _check(x, weight, eps)
-    h = x.float()                                            # (..., d) float32
-    inv_rms = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1) 1 / RMS(x)
-    return (weight * (h * inv_rms).to(x.dtype)).to(x.dtype)  # (..., d) gamma after the cast back
+    _check_norm(x, weight, eps)
+    h = x.to(torch.promote_types(x.dtype, torch.float32))          # (..., d) at least float32
+    s = h.abs().amax(-1, keepdim=True)                              # (..., 1) largest |x| of the row
+    s = torch.where(s > HUGE, s, torch.ones_like(s))                # (..., 1) 1 unless x^2 would overflow
+    inv_rms = torch.rsqrt((h / s).pow(2).mean(-1, keepdim=True) + eps / s**2) / s  # (..., 1) 1 / RMS(x)
+    return (weight * (h * inv_rms).to(x.dtype)).to(x.dtype)        # (..., d) gamma after the cast back
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
     """y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, over the last dimension.
 
-    var is the biased (population) variance, as in torch.nn.LayerNorm. Computed in float32,
-    returned in x's dtype. x (..., d), weight and bias (d,).
+    var is the biased (population) variance, as in torch.nn.LayerNorm. Computed in float32 (at
+    least), returned in x's dtype. x (..., d), weight and bias (d,).
     """
-    _check(x, weight, eps)
-    if bias is not None:
-        _check(x, bias, eps, "bias")
-    h = x.float()                                             # (..., d)
-    centred = h - h.mean(-1, keepdim=True)                    # (..., d) mean 0
+    _check_norm(x, weight, eps, bias)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    h = x.to(dtype)                                                 # (..., d)
+    centred = h - h.mean(-1, keepdim=True)                          # (..., d) mean 0
     y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps)  # (..., d) variance 1
-    y = y * weight.float()                                    # (..., d)
+    y = y * weight.to(dtype)                                        # (..., d)
     if bias is not None:
-        y = y + bias.float()
+        y = y + bias.to(dtype)
     return y.to(x.dtype)
 
 
@@ -63,10 +65,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None):
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
-        _check_eps(eps)
-        self.eps = eps
+        dim, self.eps = check_positive_int("dim", dim), check_positive_number("eps", eps)
         self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

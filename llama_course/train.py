@@ -4,9 +4,23 @@
                context_length + 1 tokens drawn with a seeded generator, a train/validation split
     optimizer  AdamW, betas (0.9, 0.95), weight decay 0.1 on matrices only (not on norm weights)
     schedule   linear warmup, then cosine decay to min_lr (LLaMA: 10% of the peak)
-    stability  gradient clipping at 1.0; bf16 autocast on GPUs; optional torch.compile
-    checkpoints  weights in safetensors + optimizer, schedule and RNG state, written to a temp
-               file and renamed, so an interrupted run leaves the last complete one intact
+    stability  gradient clipping at 1.0; bf16 autocast on GPUs that support it (fp16 with a
+               gradient scaler on older CUDA GPUs); a NaN or infinite loss stops the run
+    checkpoints  weights in safetensors + optimizer, schedule and RNG state + a manifest of
+               SHA-256 sums, saved by the protocol below, so a crash at any moment leaves the
+               newest complete checkpoint for ``--resume``
+
+Saving ``out/checkpoint`` (staging folder ``checkpoint.tmp``, previous one ``checkpoint.old``):
+
+    0. recover: finish or undo an interrupted save (a complete .tmp is promoted as in 2-3;
+       anything else stale is deleted)
+    1. write .tmp/{model.safetensors, state.pt, config.json}, then .tmp/manifest.json (step and
+       the files' SHA-256), each file fsync'd, then the folder fsync'd
+    2. checkpoint -> checkpoint.old;  3. checkpoint.tmp -> checkpoint  (each rename fsync'd)
+    4. delete checkpoint.old
+
+A crash before 1 ends leaves the previous checkpoint untouched; after it, .tmp is complete and is
+the newest. Loading checks every SHA-256 and every field of the model's configuration.
 
     python -m llama_course.train --config tiny --steps 300 --out runs/tiny
 """
@@ -16,10 +30,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +45,8 @@ import numpy as np
 import torch
 
 from . import distributed
-from .config import LlamaConfig, _check_int
+from .checks import check_bool, check_int, check_number, check_positive_int, check_positive_number
+from .config import LlamaConfig
 from .loss import next_token_loss
 from .model import Llama
 
@@ -77,8 +94,7 @@ def get_batch(data: torch.Tensor, batch_size: int, context_length: int, generato
               device=None) -> torch.Tensor:
     """``batch_size`` random windows of context_length + 1 tokens, (B, T + 1). The model reads a
     window and next_token_loss(model(w), w) scores its context_length next-token predictions."""
-    _check_int("batch_size", batch_size)
-    _check_int("context_length", context_length)
+    check_positive_int("batch_size", batch_size), check_positive_int("context_length", context_length)
     if len(data) < context_length + 1:
         raise ValueError(f"the data has {len(data)} tokens, fewer than one window of context_length + 1 = "
                          f"{context_length + 1}")
@@ -111,6 +127,28 @@ class TrainConfig:
     compile: bool = False
     progress: bool = True
     accum_steps: int = 1               # micro-batches per optimizer step (gradient accumulation)
+
+    def __post_init__(self) -> None:
+        self.betas = check_train_config(self)
+
+
+def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
+    """TypeError/ValueError naming the first bad field of ``cfg``; returns betas as a tuple."""
+    for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches", "accum_steps"):
+        check_positive_int(name, getattr(cfg, name))
+    for name in ("warmup_steps", "checkpoint_interval", "seed"):
+        check_int(name, getattr(cfg, name), low=0)
+    check_positive_number("lr", cfg.lr)
+    check_positive_number("grad_clip", cfg.grad_clip)
+    check_number("min_lr_ratio", cfg.min_lr_ratio, 0, 1)
+    check_number("weight_decay", cfg.weight_decay, low=0)
+    if not (isinstance(cfg.betas, (tuple, list)) and len(cfg.betas) == 2):
+        raise TypeError(f"betas must be a pair of numbers, got {cfg.betas!r}")
+    for beta in cfg.betas:
+        check_number("betas", beta, 0, 1, high_open=True)
+    check_bool("compile", cfg.compile)
+    check_bool("progress", cfg.progress)
+    return tuple(cfg.betas)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -145,11 +183,20 @@ def evaluate(model, data: torch.Tensor, cfg: TrainConfig, device) -> float:
     return sum(losses) / len(losses)
 
 
+def autocast_dtype(device) -> torch.dtype | None:
+    """The dtype to autocast to on ``device``: bfloat16 on a GPU that computes in it natively
+    (Ampere and later), float16 on an older CUDA GPU (T4, V100: with a gradient scaler), None
+    (float32) elsewhere."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+
+
 def _autocast(device):
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return torch.autocast(device.type, enabled=False)
+    dtype = autocast_dtype(device)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
 def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
@@ -164,16 +211,18 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
     device = torch.device(device or next(model.parameters()).device)
-    check_train_inputs(model, train_data, val_data, cfg)
+    check_train_inputs(model, train_data, val_data, cfg, out_dir, resume, until)
     par = parallel or distributed.Parallel(device=device)
     distributed.check_batch(cfg.batch_size, par.world_size, cfg.accum_steps)
     wrapped = distributed.wrap(model, par)                     # DDP, FSDP2, or the model itself
     optimizer = make_optimizer(model, cfg)                     # after wrap: FSDP2 shards the parameters
     generator = torch.Generator().manual_seed(cfg.seed)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype(device) == torch.float16)
     history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
     start_step = 0
-    if resume and out_dir is not None and (Path(out_dir) / "checkpoint").exists():
-        start_step, history = distributed.load(Path(out_dir) / "checkpoint", model, optimizer, generator, par)
+    if resume:
+        start_step, history = distributed.load(Path(out_dir) / "checkpoint", model, optimizer, generator, cfg,
+                                               par, scaler)
     step_fn = torch.compile(wrapped) if cfg.compile else wrapped
     model.train()
     tokens, started = 0, time.perf_counter()
@@ -181,7 +230,7 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     bar = _progress(range(start_step, stop), cfg.progress and par.is_main)
     for step in bar:
         x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)   # (B, T+1)
-        loss = train_step(step_fn, optimizer, distributed.local_rows(x, par), lr_at(step, cfg), cfg)
+        loss = train_step(step_fn, optimizer, distributed.local_rows(x, par), lr_at(step, cfg), cfg, scaler, step)
         loss = distributed.mean_across(loss, par)                                          # the whole batch's
         tokens += x.numel()
         log_step(history, step, loss, model, val_data, cfg, device)
@@ -189,13 +238,17 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
         if out_dir is not None and should_checkpoint(step, stop, cfg):
-            distributed.save(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg, par)
+            distributed.save(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg,
+                             par, scaler)
     model.eval()
     return history
 
 
-def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig) -> None:
+def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
+                       out_dir=None, resume: bool = False, until: int | None = None) -> None:
     """ValueError unless a window of context_length + 1 tokens fits the model and both data sets."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     if cfg.context_length + 1 > model.config.max_seq_len:
         raise ValueError(f"context_length + 1 ({cfg.context_length + 1}) exceeds the model's max_seq_len "
                          f"({model.config.max_seq_len})")
@@ -203,28 +256,48 @@ def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.T
         if len(data) < cfg.context_length + 1:
             raise ValueError(f"the {name} data has {len(data)} tokens, fewer than one window of "
                              f"context_length + 1 = {cfg.context_length + 1}")
+    if check_bool("resume", resume) and out_dir is None:
+        raise ValueError("resume=True needs out_dir, the folder that holds the checkpoint")
+    if until is not None:
+        check_positive_int("until", until)
 
 
-def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: float, cfg: TrainConfig) -> float:
+def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: float, cfg: TrainConfig,
+               scaler: torch.amp.GradScaler | None = None, step: int | None = None) -> float:
     """One optimizer step on the windows x (B, T+1) at learning rate ``lr``; returns the loss.
 
     ``model`` is whatever runs the forward pass (the model, its torch.compile, a DDP wrapper).
     With cfg.accum_steps > 1 the rows go through in that many micro-batches, gradients adding up
-    (and synchronised across processes only on the last one).
+    (and synchronised across processes only on the last one). A NaN or infinite loss (or, without
+    an fp16 ``scaler``, gradient) raises FloatingPointError before the weights change.
     """
+    distributed.check_batch(x.shape[0], 1, cfg.accum_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
+    scaler = scaler or torch.amp.GradScaler(x.device.type, enabled=False)
     optimizer.zero_grad(set_to_none=True)
     loss = 0.0
     for i, micro in enumerate(x.chunk(cfg.accum_steps)):          # (B/accum, T+1) each
         with distributed.gradient_sync(model, i == cfg.accum_steps - 1):
             with _autocast(x.device):
                 part = next_token_loss(model(micro), micro) / cfg.accum_steps  # scalar: its share of the mean
-            part.backward()
+            scaler.scale(part).backward()
         loss += part.item()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    optimizer.step()
+    scaler.unscale_(optimizer)                                 # clip the true gradients, not the scaled ones
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    check_finite(loss, norm, scaler, lr, step)
+    scaler.step(optimizer)                                     # fp16: skipped when a gradient overflowed
+    scaler.update()
     return loss
+
+
+def check_finite(loss: float, norm: torch.Tensor, scaler: torch.amp.GradScaler, lr: float, step: int | None) -> None:
+    """FloatingPointError for a NaN or infinite loss, or gradient norm (an fp16 scaler skips those steps itself)."""
+    if not math.isfinite(loss) or (not scaler.is_enabled() and not torch.isfinite(norm)):
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {norm.item()}"
+        raise FloatingPointError(f"non-finite {what}{'' if step is None else f' at step {step}'} (learning "
+                                 f"rate {lr:.3g}): training stopped before updating the weights; no checkpoint "
+                                 f"was written for this step. Lower the learning rate or check the data.")
 
 
 def log_step(history: dict, step: int, loss: float, model, val_data: torch.Tensor, cfg: TrainConfig,
@@ -255,58 +328,217 @@ def _progress(steps, enabled: bool):
 
 # ---------------------------------------------------------------------------------- checkpoints
 
+CHECKPOINT_FILES = ("model.safetensors", "state.pt", "config.json")
+MANIFEST = "manifest.json"
+# TrainConfig fields that shape the trajectory: a resumed run must use the same ones.
+TRAJECTORY_FIELDS = ("steps", "batch_size", "context_length", "lr", "min_lr_ratio", "warmup_steps",
+                     "weight_decay", "betas", "grad_clip", "seed")
+
 
 def save_checkpoint(path: str | Path, model: Llama, optimizer, step: int, generator: torch.Generator,
-                    history: dict, cfg: TrainConfig) -> None:
-    """Write path/{model.safetensors, state.pt, config.json}, each via a temporary file and a rename,
-    and ``path`` itself as a whole: the previous checkpoint stays complete until the new one is."""
-    from safetensors.torch import save_file
+                    history: dict, cfg: TrainConfig, scaler: torch.amp.GradScaler | None = None) -> None:
+    """Write path/{model.safetensors, state.pt, config.json, manifest.json} by the protocol in the
+    module docstring: a crash at any point leaves the newest complete checkpoint findable."""
+    from safetensors.torch import save
 
     path = Path(path)
-    staging = path.with_name(path.name + ".tmp")
-    staging.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    recover_checkpoint(path)                                   # 0. finish or undo an interrupted save
+    _sibling(path, ".tmp").mkdir(parents=True)
+    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
-        state.pop("lm_head.weight", None)                      # stored once, as the embedding
-    save_file(state, str(staging / "model.safetensors"))
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
-                "torch_rng": torch.get_rng_state(), "history": history}, staging / "state.pt")
-    (staging / "config.json").write_text(json.dumps({"model": dataclasses.asdict(model.config),
-                                                     "train": dataclasses.asdict(cfg)}, indent=1))
-    previous = path.with_name(path.name + ".old")
+        weights.pop("lm_head.weight", None)                    # stored once, as the embedding
+    files = {"model.safetensors": save(weights),
+             **run_state_files(model.config, optimizer.state_dict(), step, generator, history, cfg, scaler)}
+    commit_checkpoint(path, step, files)                       # 1.-4.
+
+
+def run_state_files(config: LlamaConfig, optimizer_state: dict | None, step: int, generator: torch.Generator,
+                    history: dict, cfg: TrainConfig, scaler: torch.amp.GradScaler | None = None) -> dict:
+    """The bytes of state.pt (step, optimizer, RNG, history, scaler) and config.json (model and run)."""
+    state = io.BytesIO()
+    torch.save({"step": step, "optimizer": optimizer_state, "generator": generator.get_state(),
+                "torch_rng": torch.get_rng_state(), "history": history,
+                "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, state)
+    config_json = {"model": dataclasses.asdict(config), "train": dataclasses.asdict(cfg)}
+    return {"state.pt": state.getvalue(), "config.json": json.dumps(config_json, indent=1).encode()}
+
+
+def commit_checkpoint(path: Path, step: int, files: dict[str, bytes], written: tuple[str, ...] = ()) -> None:
+    """Steps 1-4: write ``files`` into the staging folder, each fsync'd, then the manifest of their
+    SHA-256 and of the files already written there (``written``, durable), then promote it."""
+    staging = _sibling(path, ".tmp")
+    sums = {name: _write_durably(staging / name, data) for name, data in files.items()}      # 1.
+    sums.update({name: _sha256(staging / name) for name in written})
+    _write_durably(staging / MANIFEST, json.dumps({"step": step, "sha256": sums}, indent=1).encode())
+    _fsync_dir(staging)
+    _promote(path)                                             # 2.-4.
+
+
+def _promote(path: Path) -> None:
+    """Steps 2-4: the complete staging folder replaces ``path``; the previous one is deleted last."""
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
     if path.exists():
-        os.replace(path, previous)                             # keep it until the new one is in place
+        if previous.exists():
+            shutil.rmtree(previous)                            # stale: ``path`` is newer
+        os.replace(path, previous)
+        _fsync_dir(path.parent)
     os.replace(staging, path)
+    _fsync_dir(path.parent)
     if previous.exists():
-        for child in previous.iterdir():
-            child.unlink()
-        previous.rmdir()
+        shutil.rmtree(previous)
 
 
-def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: torch.Generator | None = None):
-    """Load weights (and optimizer / RNG state when given) saved by save_checkpoint; returns (step, history).
-    A checkpoint of another model shape raises ValueError naming the differing fields."""
-    from safetensors.torch import load_file
+def recover_checkpoint(path: str | Path) -> None:
+    """Finish a save that crashed after writing its staging folder, or delete what it left behind."""
+    path = Path(path)
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
+    if staging.exists() and checkpoint_problem(staging) is None:
+        _promote(path)                                         # the crash came after step 1: it is the newest
+        return
+    if staging.exists():
+        shutil.rmtree(staging)                                 # a partial write
+    if previous.exists() and not path.exists() and checkpoint_problem(previous) is None:
+        os.replace(previous, path)                             # only reachable by hand-made states
+        _fsync_dir(path.parent)
+    elif previous.exists():
+        shutil.rmtree(previous)
+
+
+def find_checkpoint(path: str | Path) -> Path | None:
+    """The newest complete checkpoint at ``path`` (read only): a finished staging folder, else
+    ``path`` itself, else a complete ``path.old``; None if there is none."""
+    path = Path(path)
+    staging, previous = _sibling(path, ".tmp"), _sibling(path, ".old")
+    if staging.is_dir() and checkpoint_problem(staging) is None:
+        return staging
+    if path.is_dir():
+        return path
+    if previous.is_dir() and checkpoint_problem(previous) is None:
+        return previous
+    return None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why the checkpoint folder ``path`` is not complete and intact, or None if it is."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        sums, step = manifest["sha256"], manifest["step"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{path / MANIFEST} is missing or malformed ({type(err).__name__}: {err})"
+    if not isinstance(sums, dict) or sorted(sums) != checkpoint_files(path) or not isinstance(step, int):
+        return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(checkpoint_files(path))}"
+    for name, digest in sums.items():
+        try:
+            actual = _sha256(path / name)
+        except OSError as err:
+            return f"{path / name} cannot be read ({err})"
+        if actual != digest:
+            return f"{path / name} is corrupted: its SHA-256 is not the one in {MANIFEST}"
+    return None
+
+
+def checkpoint_files(path: Path) -> list[str]:
+    """The files a complete checkpoint folder holds: CHECKPOINT_FILES or, written sharded by
+    distributed.save (Chapter 13), state.pt, config.json and every file under dcp/."""
+    shards = path / distributed.SHARDED
+    if not shards.is_dir():
+        return sorted(CHECKPOINT_FILES)
+    return sorted(["state.pt", "config.json"] + [f.relative_to(path).as_posix() for f in shards.rglob("*")
+                                                 if f.is_file()])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _write_durably(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new file and fsync it (on disk, not only in the OS cache); returns its SHA-256."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (new files, renames) durable. POSIX only; a no-op elsewhere."""
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resume_checkpoint(path: str | Path, model: Llama, optimizer, generator: torch.Generator, cfg: TrainConfig,
+                      scaler: torch.amp.GradScaler | None = None):
+    """load_checkpoint from the newest complete checkpoint at ``path``; FileNotFoundError if there is none."""
+    found = find_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"nothing to resume: {path} holds no complete checkpoint")
+    return load_checkpoint(found, model, optimizer, generator, cfg, scaler)
+
+
+def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: torch.Generator | None = None,
+                    cfg: TrainConfig | None = None, scaler: torch.amp.GradScaler | None = None):
+    """Load weights (and optimizer / RNG / scaler state when given) saved by save_checkpoint; returns
+    (step, history). Every file's SHA-256 is checked; a checkpoint of another model shape (or, with
+    ``cfg``, another schedule) raises ValueError naming the differing fields."""
+    from safetensors.torch import load
 
     path = Path(path)
-    saved = json.loads((path / "config.json").read_text())["model"]
-    ours = dataclasses.asdict(model.config)
-    differing = {k: (saved.get(k), v) for k, v in ours.items() if saved.get(k) != v and k != "rope_scaling"}
-    if differing:
-        raise ValueError("the checkpoint was made for another model: " +
-                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, (a, b) in differing.items()))
-    weights = load_file(str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    check_checkpoint(path, model.config, cfg)
+    weights = load((path / "model.safetensors").read_bytes())
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [m for m in missing if not (m == "lm_head.weight" and model.config.tie_embeddings)]
     if missing or unexpected:
         raise ValueError(f"checkpoint does not fit: missing {missing}, unexpected {unexpected}")
+    return restore_run_state(path, optimizer, generator, scaler)
+
+
+def check_checkpoint(path: Path, config: LlamaConfig, cfg: TrainConfig | None = None) -> None:
+    """ValueError unless ``path`` is complete and intact and was saved for this model (and run)."""
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"cannot load the checkpoint {path}: {problem}")
+    check_same_config(path, json.loads((path / "config.json").read_text()), config, cfg)
+
+
+def restore_run_state(path: Path, optimizer=None, generator: torch.Generator | None = None,
+                      scaler: torch.amp.GradScaler | None = None) -> tuple[int, dict]:
+    """Load path/state.pt into the optimizer, generator and scaler given; returns (step, history)."""
     state = torch.load(path / "state.pt", weights_only=True)
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     if generator is not None:
         generator.set_state(state["generator"])
+    if scaler is not None and scaler.is_enabled() and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["torch_rng"])
     return state["step"], state["history"]
+
+
+def check_same_config(path: Path, saved: dict, config: LlamaConfig, cfg: TrainConfig | None = None) -> None:
+    """ValueError naming every field where the checkpoint's config.json differs from the run's."""
+    ours = json.loads(json.dumps(dataclasses.asdict(config)))          # as JSON stores it (tuples -> lists)
+    differing = [(f"{k}", saved["model"].get(k, "(absent)"), v) for k, v in ours.items()
+                 if saved["model"].get(k, "(absent)") != v]
+    if cfg is not None:
+        train_cfg = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        differing += [(f"train.{k}", saved["train"].get(k, "(absent)"), train_cfg[k]) for k in TRAJECTORY_FIELDS
+                      if saved["train"].get(k, "(absent)") != train_cfg[k]]
+    if differing:
+        raise ValueError(f"the checkpoint {path} was made for another model or run: " +
+                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, a, b in differing))
 
 
 # ------------------------------------------------------------------------------- command line
@@ -319,63 +551,111 @@ MODEL_CONFIGS = {  # named sizes for the command line and the lab
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llama_course.train", description="Train a tiny LLaMA "
-                                     "on the course corpus.")
-    parser.add_argument("--config", choices=sorted(MODEL_CONFIGS), default="tiny")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=Path("runs/tiny"))
-    parser.add_argument("--vocab-size", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--context-length", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per step (gradient accumulation)")
-    parser.add_argument("--shard", action="store_true", help="under torchrun: FSDP2 (shard weights, gradients "
-                        "and optimizer state) instead of DDP")
+    parser = _parser()
     args = parser.parse_args(argv)
-    par = distributed.setup(args.shard, device=os.environ.get("LLAMA_COURSE_DEVICE"))  # torchrun: join the group
     try:
-        return _main(args, par)
+        cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
+                          lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
+                          eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
+                          accum_steps=args.accum_steps)
+        _check_out(args.out)
+        distributed.check_batch(args.batch_size, int(os.environ.get("WORLD_SIZE", "1")), args.accum_steps)
+        par = distributed.setup(args.shard, device=os.environ.get("LLAMA_COURSE_DEVICE"))  # torchrun: join
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))                                 # exits with status 2, before any file is written
+    try:
+        return _main(args, cfg, par, parser)
     finally:
         distributed.teardown()
 
 
-def _main(args, par: distributed.Parallel) -> int:
+def _main(args, cfg: TrainConfig, par: distributed.Parallel, parser: argparse.ArgumentParser) -> int:
     from .data import course_corpus
     from .generate import generate
     from .tokenizer import train_bpe
     from .utils import get_device, seed_everything
 
-    distributed.check_batch(args.batch_size, par.world_size, args.accum_steps)
     seed_everything(args.seed)
     device = par.device if par.enabled else get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    text = shuffle_documents(course_corpus(), args.seed)  # validation: a tenth of every kind of text
-    if par.is_main:
-        tokenizer.save(args.out / "tokenizer.json")
-    for writer in (True, False):                          # rank 0 writes the token cache, then the others read it
-        if par.is_main == writer:
-            train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
-        distributed.barrier(par)
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
+    if args.resume:                                            # validate first, write after
+        _check_resume(parser, args.out, config, cfg)
+    train_data, val_data = _prepare_data(args, tokenizer, par, course_corpus())
     model = Llama(config, device=device)
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
-                      lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
-                      accum_steps=args.accum_steps)
     say = print if par.is_main else (lambda *a, **k: None)
     say(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device} x {par.world_size} "
         f"process(es){' (sharded)' if par.shard else ''}; {len(train_data):,} training tokens")
-    history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device,
-                    parallel=par)
+    try:
+        history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device,
+                        parallel=par)
+    except FloatingPointError as err:
+        say(f"error: {err}", file=sys.stderr)
+        return 1
     say(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
     prompt = torch.tensor([tokenizer.encode("Title: The")], device=device)
     sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,  # every rank: FSDP2 gathers weights
                       generator=torch.Generator(device=device).manual_seed(args.seed))
     say(tokenizer.decode(sample[0].tolist()))
     return 0
+
+
+def _check_resume(parser: argparse.ArgumentParser, out: Path, config: LlamaConfig, cfg: TrainConfig) -> None:
+    """parser.error (status 2) unless out/checkpoint holds a complete checkpoint of this model and run."""
+    found = find_checkpoint(out / "checkpoint")
+    if found is None:
+        parser.error(f"--resume: nothing to resume, {out / 'checkpoint'} holds no complete checkpoint")
+    try:
+        check_same_config(found, json.loads((found / "config.json").read_text()), config, cfg)
+    except ValueError as err:
+        parser.error(f"--resume with other options than the run in {out}: {err}")
+
+
+def _prepare_data(args, tokenizer, par: distributed.Parallel, corpus: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank 0 writes the tokenizer and the token cache, then the other ranks read the cache."""
+    if par.is_main:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(args.out / "tokenizer.json")
+    text = shuffle_documents(corpus, args.seed)           # validation: a tenth of every kind of text
+    for writer in (True, False):
+        if par.is_main == writer:
+            train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
+        distributed.barrier(par)
+    return train_data, val_data
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llama_course.train", description="Train a tiny LLaMA "
+                                     "on the course corpus.")
+    parser.add_argument("--config", choices=sorted(MODEL_CONFIGS), default="tiny")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", type=_out_folder, default=Path("runs/tiny"), help="the run's folder")
+    parser.add_argument("--vocab-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--context-length", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval-interval", type=int, default=50, help="validation loss every N steps")
+    parser.add_argument("--checkpoint-interval", type=int, default=0,
+                        help="save OUT/checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per step (gradient accumulation)")
+    parser.add_argument("--shard", action="store_true", help="under torchrun: FSDP2 (shard weights, gradients "
+                        "and optimizer state) instead of DDP")
+    return parser
+
+
+def _out_folder(text: str) -> Path:
+    if not text.strip():                                       # Path("") is the current folder
+        raise argparse.ArgumentTypeError("must name a folder for the run, got an empty string")
+    return Path(text)
+
+
+def _check_out(out: Path) -> None:
+    """ValueError for an --out that exists and is not a folder."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
 
 
 if __name__ == "__main__":

@@ -6,15 +6,16 @@ import torch.nn.functional as F
 
 from llama_course import LlamaConfig
 from llama_course.attention import (
-    Attention,
+    MultiHeadAttention,
     causal_mask,
     merge_heads,
     padding_mask,
-    repeat_kv,
     scaled_dot_product_attention,
     softmax,
     split_heads,
 )
+from llama_course.gqa import repeat_kv
+from llama_course.model import Attention
 
 
 def llama_attention_reference(config, ours, x, additive_mask):
@@ -127,3 +128,78 @@ def test_bad_input():
         padding_mask(torch.ones(2, 3))
     with pytest.raises(ValueError, match="n_heads"):
         LlamaConfig(vocab_size=10, d_model=30, n_layers=1, n_heads=4)
+
+
+def test_fp16_explicit_attention_is_finite():
+    """q . k = 64 * 40^2 = 102,400 overflows float16 (max 65,504) before the 1/sqrt(d) scale."""
+    q = k = torch.full((1, 1, 3, 64), 40.0, dtype=torch.float16)
+    v = torch.randn(1, 1, 3, 64).half()
+    out = scaled_dot_product_attention(q, k, v, causal_mask(3))
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)  # float32 oracle
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("backend", ["explicit", "sdpa"])
+def test_both_backends_propagate_nan(backend, causal):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g) for _ in range(3))
+    q_nan, k_nan = q.clone(), k.clone()
+    q_nan[0, 0, 2, 5] = float("nan")                  # one query: its row of outputs is NaN
+    k_nan[0, 1, 1, 0] = float("nan")                  # key 1 of head 1: every query that sees it is NaN
+    mask = causal_mask(4) if causal else None
+    out = scaled_dot_product_attention(q_nan, k, v, mask, backend=backend)
+    assert out[0, 0, 2].isnan().all() and not out[0, 0, [0, 1, 3]].isnan().any() and not out[0, 1].isnan().any()
+    out = scaled_dot_product_attention(q, k_nan, v, mask, backend=backend)   # (with the causal mask, query 0
+    assert out[0, 1, 1:].isnan().all() and not out[0, 0].isnan().any()     # does not see it: may differ)
+    if not causal:
+        assert out[0, 1, 0].isnan().all()
+
+
+def test_non_float_inputs_are_type_errors():
+    x = torch.randn(2, 3, 4)
+    for bad in (torch.ones(2, 3, 4, dtype=torch.long), torch.ones(2, 3, 4, dtype=torch.bool),
+                torch.ones(2, 3, 4, dtype=torch.cfloat)):
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            softmax(bad)
+        with pytest.raises(TypeError, match="q must be a floating-point tensor"):
+            scaled_dot_product_attention(bad, x, x)
+        with pytest.raises(TypeError, match="v must be a floating-point tensor"):
+            scaled_dot_product_attention(x, x, bad)
+
+
+def test_meta_and_cpu_inputs_do_not_mix():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="one device.*k on meta"):
+        scaled_dot_product_attention(q, torch.empty(1, 2, 3, 4, device="meta"), q)
+    with pytest.raises(ValueError, match="one device.*mask on meta"):
+        scaled_dot_product_attention(q, q, q, causal_mask(3, device="meta"))
+
+
+def test_empty_keys_and_zero_width_heads_are_value_errors():
+    q = torch.randn(1, 3, 4)
+    with pytest.raises(ValueError, match="k and v must have the same length, >= 1"):
+        scaled_dot_product_attention(q, torch.randn(1, 0, 4), torch.randn(1, 0, 4))
+    with pytest.raises(ValueError, match="same last dimension, >= 1"):
+        scaled_dot_product_attention(torch.randn(1, 3, 0), torch.randn(1, 3, 0), torch.randn(1, 3, 4))
+
+
+def test_attention_mask_holds_only_zeros_and_ones():
+    for bad in ([[1, 2, 1]], [[0, -1, 1]]):
+        with pytest.raises(ValueError, match="attention_mask must hold only 0"):
+            padding_mask(torch.tensor(bad))
+    assert padding_mask(torch.tensor([[0, 1, 1]])).tolist() == [[[[False, True, True]]]]
+
+
+def test_chapter_4_attention_is_the_llama_layer_without_the_later_steps():
+    config = LlamaConfig(vocab_size=10, d_model=32, n_layers=1, n_heads=4)
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(config)
+    full = Attention(config)                 # no position hook, no cache, H_kv = H
+    full.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert torch.equal(plain(x), full(x))
+        assert torch.equal(plain(x), plain(x, causal_mask(5)))
+    assert set(plain.state_dict()) == {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}

@@ -90,6 +90,22 @@ def test_preset_details():
 
 
 def test_import_does_not_pull_in_plotting_or_jupyter():
-    code = "import sys, llama_course; print(sorted(m for m in ('matplotlib', 'IPython', 'jupyter_client', 'pytest') if m in sys.modules))"
+    code = ("import sys, llama_course; "
+            "print(sorted(m for m in ('matplotlib', 'IPython', 'jupyter_client', 'pytest') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_non_finite_numbers_and_numpy_integers():
+    import numpy as np
+
+    base = dict(vocab_size=10, d_model=8, n_layers=1, n_heads=2)
+    for field in ("norm_eps", "rope_theta"):
+        with pytest.raises(ValueError, match=f"{field} must be a finite number > 0"):
+            LlamaConfig(**base, **{field: float("inf")})
+    config = LlamaConfig(vocab_size=np.int64(10), d_model=np.int32(8), n_layers=1, n_heads=2)
+    assert config.vocab_size == 10 and type(config.vocab_size) is int and config.head_dim == 4
+    with pytest.raises(TypeError, match="n_layers must be an int"):
+        LlamaConfig(**{**base, "n_layers": np.float64(1.0)})
+    with pytest.raises(ValueError, match="ffn_dim_multiplier must be a finite number > 0"):
+        ffn_hidden_dim(64, ffn_dim_multiplier=float("inf"))

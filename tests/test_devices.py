@@ -105,3 +105,19 @@ def test_embed_on_every_device(device):
         embed(torch.tensor([10], device=device), weight)
     with pytest.raises(TypeError, match="token_ids"):
         embed(torch.tensor([1.0], device=device), weight)
+
+
+def test_device_helpers_live_in_one_module():
+    from llama_course import device
+
+    assert device.available_devices()[0] == "cpu"
+    assert get_device().type in device.available_devices()
+    device.synchronize("cpu")                                  # nothing queued on a CPU: returns at once
+    assert llama_course.synchronize is device.synchronize and llama_course.get_device is device.get_device
+
+
+def test_embed_rejects_mixed_devices():
+    with pytest.raises(ValueError, match="one device"):
+        embed(torch.tensor([1, 2]), torch.empty(10, 4, device="meta"))
+    with pytest.raises(ValueError, match="one device"):
+        embed(torch.tensor([1, 2], device="meta"), torch.empty(10, 4))

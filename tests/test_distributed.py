@@ -17,6 +17,7 @@ changes the loss in the third decimal.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -142,6 +143,23 @@ def test_two_rank_checkpoint_resumes_on_one_process(runs, reference, name, tmp_p
     assert_same_run(history, model.state_dict(), *reference)
 
 
+def test_a_sharded_checkpoint_is_saved_by_the_crash_safe_protocol(runs, tmp_path):
+    from llama_course.train import checkpoint_problem
+
+    checkpoint = shutil.copytree(runs / "fsdp-until5" / "checkpoint", tmp_path / "checkpoint")
+    listed = json.loads((checkpoint / "manifest.json").read_text())
+    shards = sorted(f.relative_to(checkpoint).as_posix() for f in (checkpoint / distributed.SHARDED).rglob("*"))
+    assert listed["step"] == 5 and sorted(listed["sha256"]) == sorted(["config.json", "state.pt", *shards])
+    assert not any((runs / "fsdp-until5" / f"checkpoint{end}").exists() for end in (".tmp", ".old"))
+    assert checkpoint_problem(checkpoint) is None
+    shard = next(f for f in (checkpoint / distributed.SHARDED).iterdir() if f.suffix == ".distcp")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF                                   # one flipped byte in one rank's shard
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="corrupted"):
+        train(worker.fresh_model(), *worker.data(), worker.TRAIN, out_dir=tmp_path, resume=True)
+
+
 def test_tensor_parallel_forward_and_backward_equal_one_process(runs):
     tp = torch.load(runs / "tp.pt", weights_only=False)
     torch.testing.assert_close(tp["logits"], tp["reference_logits"], rtol=0, atol=1e-6)
@@ -184,9 +202,9 @@ def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
     with pytest.raises(ValueError, match="--shard .* at least 2"):
         distributed.setup(shard=True)
     other = Llama(LlamaConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, d_ff=64, max_seq_len=32))
-    with pytest.raises(ValueError, match="another model: n_layers: checkpoint 2, model 3"):
+    with pytest.raises(ValueError, match="another model or run: n_layers: checkpoint 2, model 3"):
         train(other, *worker.data(), worker.TRAIN, out_dir=runs / "fsdp-until5", resume=True)
-    with pytest.raises(ValueError, match="another model: n_layers: checkpoint 2, model 3"):
+    with pytest.raises(ValueError, match="another model or run: n_layers: checkpoint 2, model 3"):
         train(other, *worker.data(), worker.TRAIN, out_dir=runs / "ddp-until5", resume=True)
 
 

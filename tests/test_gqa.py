@@ -7,9 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from llama_course import LlamaConfig, count_parameters
-from llama_course.attention import Attention, causal_mask, gqa_attention, mha_to_gqa, padding_mask, repeat_kv
+from llama_course.attention import causal_mask, padding_mask
+from llama_course.gqa import gqa_attention, mha_to_gqa, repeat_kv
 from llama_course.grade.testing import realistic_weights_
-from llama_course.model import Llama
+from llama_course.model import Attention, Llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,9 +21,11 @@ def test_shared_kv_path_equals_repeat_path(device, n_kv_heads, backend):
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 8, 5, 16, generator=g).to(device)
     k, v = (torch.randn(2, n_kv_heads, 7, 16, generator=g).to(device) for _ in range(2))
-    mask = causal_mask(5, 7, device=device) & padding_mask(torch.tensor([[0, 1, 1, 1, 1, 1, 1], [1] * 7], device=device))
+    padding = padding_mask(torch.tensor([[0, 1, 1, 1, 1, 1, 1], [1] * 7], device=device))
+    mask = causal_mask(5, 7, device=device) & padding
     rep = 8 // n_kv_heads  # the oracle: torch's attention on explicitly repeated heads (no row is fully masked)
-    expected = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=mask)
+    expected = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                              attn_mask=mask)
     torch.testing.assert_close(gqa_attention(q, k, v, mask, backend=backend), expected, rtol=1e-5, atol=1e-5)
 
 

@@ -2,6 +2,8 @@
 tokenizer from the llama-models package, which wraps tiktoken: identical ids, always."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("tiktoken", reason="Llama 3 parity needs the pinned extra: pip install tiktoken llama-models")
 pytest.importorskip("llama_models", reason="Llama 3 parity needs the pinned extra: pip install llama-models==0.3.0")
@@ -56,3 +58,35 @@ def test_seed_sentence(ours):
     ids = ours.encode("The capital of France is")
     assert ours.decode(ids) == "The capital of France is"
     assert [ours.decode([i]) for i in ids] == ["The", " capital", " of", " France", " is"]
+
+
+def tiktoken_encoding():
+    import tiktoken
+
+    from llama_course.tokenizer.llama3 import llama3_ranks_path, load_tiktoken_ranks
+
+    ranks = load_tiktoken_ranks(llama3_ranks_path())
+    specials = {token: len(ranks) + i for i, token in enumerate(LLAMA3_SPECIAL_TOKENS)}
+    return tiktoken.Encoding("llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+
+
+@pytest.fixture(scope="module")
+def tiktoken_llama3():
+    return tiktoken_encoding()
+
+
+@pytest.mark.parametrize("text", ["一" * 8000, "语言模型" * 1500, "a" * 6000, "\u00e9" * 3000 + "z"])
+def test_long_runs_identical_to_tiktoken(ours, tiktoken_llama3, text):
+    assert ours.encode(text) == tiktoken_llama3.encode(text, allowed_special="all")
+
+
+def test_lone_surrogates_as_tiktoken(ours, tiktoken_llama3):
+    for text in ["a\ud800b", "\udfff", "中\ud83d文"]:
+        assert ours.encode(text) == tiktoken_llama3.encode(text, allowed_special="all")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("一二中文 ab1'\n") + ["ß", "👋"]), max_size=300) | st.text(max_size=80))
+def test_any_text_identical_to_tiktoken(ours, tiktoken_llama3, text):
+    ours._cache.clear()
+    assert ours.encode(text) == tiktoken_llama3.encode(text, allowed_special="all")

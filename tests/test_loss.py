@@ -58,3 +58,16 @@ def test_bad_input():
         next_token_loss(torch.zeros(4, 10), torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="at least 2"):
         next_token_loss(torch.zeros(1, 1, 10), torch.zeros(1, 1, dtype=torch.long))
+
+
+def test_empty_batch_non_float_logits_and_mixed_devices():
+    with pytest.raises(ValueError, match="at least 1 sequence"):
+        next_token_loss(torch.zeros(0, 4, 10), torch.zeros(0, 4, dtype=torch.long))
+    for bad in (torch.zeros(1, 4, 10, dtype=torch.long), torch.zeros(1, 4, 10, dtype=torch.bool),
+                torch.zeros(1, 4, 10, dtype=torch.cfloat)):
+        with pytest.raises(TypeError, match="logits must be a floating-point tensor"):
+            next_token_loss(bad, torch.zeros(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="one device"):
+        next_token_loss(torch.zeros(1, 4, 10), torch.zeros(1, 4, dtype=torch.long, device="meta"))
+    with pytest.raises(ValueError, match="one device"):
+        next_token_loss(torch.zeros(1, 4, 10, device="meta"), torch.zeros(1, 4, dtype=torch.long))

@@ -133,3 +133,38 @@ def test_bad_input():
         load_balancing_loss(torch.zeros(3, 5), 4, 2)
     with pytest.raises(ValueError, match="n_experts_per_token"):
         LlamaConfig(vocab_size=10, d_model=8, n_layers=1, n_heads=2, n_experts=2, n_experts_per_token=3)
+
+
+def test_forward_hooks_fire_on_the_router_and_every_expert_projection():
+    moe = MoE(8, 16, n_experts=4, top_k=4)              # top_k = n_experts: every expert gets every token
+    fired = []
+    for name, module in moe.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda m, args, out, name=name: fired.append(name))
+    moe(torch.randn(2, 3, 8))
+    linears = [name for name, module in moe.named_modules() if isinstance(module, torch.nn.Linear)]
+    assert len(linears) == 1 + 4 * 3 and sorted(fired) == sorted(linears)
+
+
+def test_empty_inputs_infinite_capacity_and_mixed_devices():
+    with pytest.raises(ValueError, match="no tokens"):
+        load_balancing_loss(torch.zeros(0, 4), 4, 2)
+    with pytest.raises(ValueError, match="no tokens"):
+        router_z_loss(torch.zeros(0, 4))
+    with pytest.raises(ValueError, match="capacity_factor must be a finite number > 0"):
+        MoE(8, 16, 4, 2, capacity_factor=float("inf"))
+    with pytest.raises(TypeError, match="router_logits must be a floating-point tensor"):
+        route_topk(torch.zeros(3, 4, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match="one device"):
+        MoE(8, 16, 4, 2)(torch.randn(3, 8, device="meta"))
+    loss = load_balancing_loss(torch.randn(2, 3, 4), 4, 2, attention_mask=torch.zeros(2, 3, dtype=torch.long))
+    assert loss.item() == 0.0                           # every token masked: nothing to balance
+
+
+def test_router_statistics_stay_float64():
+    logits = torch.randn(5, 4, dtype=torch.float64)
+    weights, _ = route_topk(logits, 2)
+    assert weights.dtype == torch.float64
+    assert load_balancing_loss(logits, 4, 2).dtype == router_z_loss(logits).dtype == torch.float64
+    expected = torch.softmax(logits, -1).topk(2).values
+    torch.testing.assert_close(weights, expected / expected.sum(-1, keepdim=True), rtol=0, atol=1e-15)

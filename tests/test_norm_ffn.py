@@ -60,3 +60,52 @@ def test_bad_input():
 def test_silu_values():
     assert silu(torch.tensor(0.0)).item() == 0.0
     assert silu(torch.tensor(100.0)).item() == pytest.approx(100.0)
+
+
+def test_rms_norm_is_scale_safe():
+    """x^2 overflows float32 above ~1.8e19; the result is scale invariant, so 1e30 * u gives what u gives."""
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(3, 16, generator=g)
+    w = torch.randn(16, generator=g)
+    for scale in (1e20, 1e30, 1e38 / 8):
+        torch.testing.assert_close(rms_norm(u * scale, w), rms_norm(u, w), rtol=1e-5, atol=1e-6)
+    assert torch.equal(rms_norm(torch.full((2, 8), 1e30), torch.ones(8)), torch.ones(2, 8))
+
+
+def test_norms_reject_non_float_inputs_and_non_finite_eps():
+    w = torch.ones(4)
+    for bad in (torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool),
+                torch.ones(2, 4, dtype=torch.cfloat)):
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            rms_norm(bad, w)
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            layer_norm(bad, w)
+    for eps in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+            rms_norm(torch.ones(2, 4), w, eps)
+        with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+            RMSNorm(4, eps)
+
+
+def test_swiglu_rejects_mixed_devices_and_zero_width():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="one device.*w_up on meta"):
+        swiglu(x, torch.randn(20, 8), torch.empty(20, 8, device="meta"), torch.randn(8, 20))
+    with pytest.raises(ValueError, match="d_ff >= 1"):
+        swiglu(x, torch.randn(0, 8), torch.randn(0, 8), torch.randn(8, 0))
+    with pytest.raises(ValueError, match="d_ff must be an int >= 1"):
+        SwiGLU(8, 0)
+
+
+def test_forward_hooks_fire_on_every_projection_of_swiglu():
+    ffn = SwiGLU(8, 20)
+    fired = []
+    for name, module in ffn.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda m, args, out, name=name: fired.append(name))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        out = ffn(x)
+        expected = swiglu(x, ffn.gate_proj.weight, ffn.up_proj.weight, ffn.down_proj.weight)
+    assert sorted(fired) == ["down_proj", "gate_proj", "up_proj"]
+    torch.testing.assert_close(out, expected)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from llama_course import LlamaConfig
-from llama_course.attention import Attention
+from llama_course.model import Attention, Llama
 from llama_course.rope import (
     RotaryEmbedding,
     apply_rope,
@@ -155,18 +155,53 @@ def test_bad_input():
         interleaved_to_half(torch.randn(12, 4), 5)
 
 
-def test_angles_are_looked_up_once_per_positions_tensor_and_never_stale():
+def test_angles_are_rows_of_the_tables_and_the_model_looks_them_up_once():
     rope = RotaryEmbedding(8, 64)
-    positions = torch.arange(3, 7)
+    positions = torch.tensor([[3, 4, 5, 6], [0, 1, 2, 3]])
     cos, sin = rope.angles(positions)
-    assert rope.angles(positions)[0] is cos                  # the same tensor, unchanged: reused
-    torch.testing.assert_close(cos, rope.cos[3:7])
-    positions += 10                                          # written in place: looked up again
-    torch.testing.assert_close(rope.angles(positions)[0], rope.cos[13:17])
-    torch.testing.assert_close(rope.angles(torch.arange(3, 7))[1], rope.sin[3:7])  # an equal new tensor
-    with torch.inference_mode():
-        frozen = torch.arange(20, 22)                        # inference tensors have no version: no reuse
-        torch.testing.assert_close(rope.angles(frozen)[0], rope.cos[20:22])
-        assert rope.angles(frozen)[0] is not rope.angles(frozen)[0]
+    expected_cos, expected_sin = rope_cos_sin(positions, 8)       # computed from the definition, no table
+    assert torch.equal(cos, expected_cos) and torch.equal(sin, expected_sin)
+    q, k = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
+    by_positions, by_angles = rope(q, k, positions), rope(q, k, (cos, sin))
+    assert all(torch.equal(a, b) for a, b in zip(by_positions, by_angles))
     with pytest.raises(ValueError, match="max_seq_len"):
-        rope.angles(positions + 100)
+        rope.angles(positions + 61)
+    # Llama.forward looks the angles up once and hands the same (cos, sin) pair to every layer
+    model = Llama(LlamaConfig(vocab_size=20, d_model=16, n_layers=3, n_heads=2, max_seq_len=32))
+    seen = []
+    for layer in model.layers:
+        layer.self_attn.register_forward_pre_hook(lambda module, args: seen.append(args[2]))
+    model(torch.tensor([[1, 2, 3]]))
+    assert len(seen) == 3 and all(isinstance(p, tuple) and p[0] is seen[0][0] for p in seen)
+
+
+def test_non_finite_parameters_zero_lengths_and_huge_positions_are_rejected():
+    with pytest.raises(ValueError, match="base must be a finite number > 0"):
+        rope_inv_freq(8, base=float("inf"))
+    with pytest.raises(ValueError, match=r"scaling\['factor'\] must be a finite number >= 1"):
+        rope_inv_freq(8, scaling={"rope_type": "linear", "factor": float("inf")})
+    for key in ("original_max_position_embeddings",):
+        with pytest.raises(ValueError, match=key):
+            rope_inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2.0, key: 0})
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    with pytest.raises(ValueError, match="low_freq_factor"):
+        rope_inv_freq(8, scaling=llama3)
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        rope_inv_freq(8, scaling={**llama3, "low_freq_factor": 1.0, "original_max_position_embeddings": 0})
+    x = torch.randn(1, 8)
+    with pytest.raises(ValueError, match="2\\^24"):                 # 2^24 + 1 is 2^24 in float32
+        apply_rope(x, torch.tensor([2**24 + 1]))
+    with pytest.raises(ValueError, match="positions must be"):
+        apply_rope(x, torch.tensor(0))                               # 0-d positions
+    with pytest.raises(ValueError, match="head_dim"):
+        apply_rope(torch.randn(1, 0), torch.tensor([0]))
+
+
+def test_rope_rejects_non_float_x_and_mixed_devices():
+    for bad in (torch.ones(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.bool),
+                torch.ones(3, 8, dtype=torch.cfloat)):
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            apply_rope(bad, torch.arange(3))
+    with pytest.raises(ValueError, match="one device"):
+        apply_rope(torch.randn(3, 8), torch.arange(3, device="meta"))

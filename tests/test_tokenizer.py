@@ -119,3 +119,114 @@ def test_merge_counts_record_the_training():
     tokenizer = train_bpe("low low low low low lower lower newest newest newest newest newest newest "
                           "widest widest widest", 256 + 12, pattern=r"\w+")
     assert tokenizer.merge_counts == [9, 9, 7, 7, 6, 6, 6, 3, 3, 3, 2, 2]  # counted by hand
+
+
+def rescanning_merge(data: bytes, ranks: dict[bytes, int]) -> list[bytes]:
+    """tiktoken's rule written out directly (the package's encoder before the heap): rescan every
+    adjacent pair after each join, join the lowest rank, ties to the leftmost. O(n^2); the oracle."""
+    parts = [data[i:i + 1] for i in range(len(data))]
+    while True:
+        candidates = [(ranks[parts[i] + parts[i + 1]], i) for i in range(len(parts) - 1)
+                      if parts[i] + parts[i + 1] in ranks]
+        if not candidates:
+            return parts
+        _, i = min(candidates)
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab 中文e\u0301")), max_size=60) | st.text(max_size=30))
+def test_heap_encoder_equals_the_rescanning_rule(tok, text):
+    from llama_course.tokenizer.bpe import bpe_merge
+
+    data = text.encode("utf-8")
+    assert bpe_merge(data, tok._rank) == rescanning_merge(data, tok._rank)
+
+
+def test_repeated_merges_equal_the_rescanning_rule():
+    # every run of one byte merges through ranks of 2, 4, 8... bytes: many ties, many stale entries
+    from llama_course.tokenizer.bpe import bpe_merge
+
+    tokenizer = train_bpe(" ".join("a" * n for n in range(1, 40)) + " " + "ab" * 50, 300)
+    for n in range(1, 70):
+        for data in (b"a" * n, b"ab" * n, b"aab" * n):
+            assert bpe_merge(data, tokenizer._rank) == rescanning_merge(data, tokenizer._rank)
+
+
+class CountingRanks(dict):
+    lookups = 0
+
+    def get(self, key, default=None):
+        CountingRanks.lookups += 1
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        CountingRanks.lookups += 1
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        CountingRanks.lookups += 1
+        return super().__getitem__(key)
+
+
+def test_encoding_one_long_piece_is_not_quadratic(tok):
+    """A run of 2,000 CJK characters is one pre-token of 6,000 bytes: the rank lookups must grow
+    linearly (a rescan after every join needs about n^2 / 2 = 18 million)."""
+    piece = "中" * 2000
+    tok._rank = CountingRanks(tok._rank)
+    tok._cache.clear()
+    try:
+        ids = tok.encode(piece)
+    finally:
+        tok._rank = dict(tok._rank)
+    assert tok.decode(ids) == piece
+    assert CountingRanks.lookups < 10 * len(piece.encode("utf-8"))
+
+
+def test_lone_surrogates_become_u_fffd_as_in_tiktoken(tok):
+    assert tok.encode("a\ud800b") == tok.encode("a\ufffdb")
+    assert tok.encode("\udfff" * 3) == tok.encode("\ufffd" * 3)
+    assert tok.encode("x\ud83d\ude00y") == tok.encode("x😀y")           # a surrogate pair is one character
+    assert list(tok.encode_iterable(["x\ud83d", "\ude00y", "\ud83d"])) == tok.encode("x😀y\ufffd")
+
+
+def test_a_pattern_that_leaves_text_out_is_an_error():
+    tokenizer = BPETokenizer({i: bytes([i]) for i in range(256)}, [], pattern=r"\w+")
+    assert tokenizer.decode(tokenizer.encode("low")) == "low"
+    with pytest.raises(ValueError, match=r"does not match the text at position 3 \(' lower'\)"):
+        tokenizer.encode("low lower")
+    with pytest.raises(ValueError, match="position 0"):
+        list(tokenizer.encode_iterable(["  ", "x"]))
+
+
+def test_the_empty_string_is_not_a_special_token():
+    with pytest.raises(ValueError, match="empty string"):
+        BPETokenizer({i: bytes([i]) for i in range(256)}, [], [""])
+    with pytest.raises(ValueError, match="empty string"):
+        train_bpe("abc", 300, special_tokens=[""])
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["vocab"].update({"Ġzz": d["vocab"]["Ġt"]}), "ids used twice"),
+    (lambda d: d["vocab"].update({"Ġzz": d["special_tokens"][SPECIAL]}), "ids used twice"),
+    (lambda d: d["vocab"].update({"Ġt": -1}), "ints >= 0"),
+    (lambda d: d["special_tokens"].update({SPECIAL: 10**6}), "special token id 1000000 is out of range"),
+    (lambda d: d["merges"].append("Ġt"), "merge 101 must be two tokens"),
+    (lambda d: d["merges"].append("a b c"), "merge 101 must be two tokens"),
+    (lambda d: d.pop("pattern"), "missing key 'pattern'"),
+    (lambda d: d.pop("vocab"), "missing key 'vocab'"),
+    (lambda d: d["special_tokens"].update({"": 358}), "empty string"),
+    (lambda d: d.update(vocab=[1, 2]), "vocab must be a JSON object"),
+])
+def test_load_validates_and_names_the_file(tok, tmp_path, change, message):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as error:
+        BPETokenizer.load(path)
+    assert str(path) in str(error.value)
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="tok.json"):
+        BPETokenizer.load(path)

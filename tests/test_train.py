@@ -1,8 +1,10 @@
 """Training: the recipe's pieces, exact resumption, atomic checkpoints, bad input, the CLI."""
 
+import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,21 +96,230 @@ def test_resuming_continues_the_exact_trajectory(data, tmp_path):
     assert resumed["val_loss"] == straight["val_loss"]
 
 
-def test_an_interrupted_save_leaves_the_last_checkpoint(data, tmp_path, monkeypatch):
+class Crash(BaseException):
+    """A simulated power cut: not an Exception, so nothing in the code under test can catch it."""
+
+
+def crash_at(k, monkeypatch, calls):
+    """Make the k-th file operation (mkdir, fsync, replace, rename, unlink, rmdir) crash before it
+    runs; an fsync that crashes first truncates its file to half (the write never reached the disk).
+    Every operation is recorded in ``calls``; k=None records without crashing."""
+    import os
+    import stat
+
+    def wrap(name, real):
+        def operation(*args, **kwargs):
+            calls.append((name, args[0]))
+            if len(calls) == k:
+                if name == "fsync" and stat.S_ISREG(os.fstat(args[0]).st_mode):
+                    os.ftruncate(args[0], os.fstat(args[0]).st_size // 2)
+                raise Crash(f"power cut at {name}")
+            return real(*args, **kwargs)
+        return operation
+
+    for name in ("mkdir", "fsync", "replace", "rename", "unlink", "rmdir"):
+        monkeypatch.setattr(os, name, wrap(name, getattr(os, name)))
+
+
+def test_a_crash_at_every_file_operation_of_a_save_resumes_from_the_newest_complete_checkpoint(
+        data, tmp_path, monkeypatch):
+    import shutil
+
+    import llama_course.train as training
+
+    cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4,
+                      checkpoint_interval=4, progress=False)
+    torch.manual_seed(0)
+    straight = train(Llama(CONFIG), *data, cfg)
+    torch.manual_seed(0)
+    template = tmp_path / "template"
+    train(Llama(CONFIG), *data, cfg, out_dir=template, until=4)          # a complete checkpoint at step 4
+    save = training.save_checkpoint
+
+    def run_with_crash_at(k, run):
+        calls = []
+
+        def save_with_faults(*args, **kwargs):
+            with monkeypatch.context() as m:
+                crash_at(k, m, calls)
+                save(*args, **kwargs)
+        monkeypatch.setattr(training, "save_checkpoint", save_with_faults)
+        try:
+            train(Llama(CONFIG), *data, cfg, out_dir=run, resume=True)     # steps 4..7, then saves step 8
+        except Crash:
+            pass
+        monkeypatch.setattr(training, "save_checkpoint", save)
+        return calls
+
+    n_operations = len(run_with_crash_at(None, Path(shutil.copytree(template, tmp_path / "no-crash"))))
+    assert n_operations >= 8                                              # mkdir, 4 files, renames, deletes
+    resumed_from = []
+    for k in range(1, n_operations + 1):
+        run = Path(shutil.copytree(template, tmp_path / f"crash-{k}"))
+        run_with_crash_at(k, run)
+        resumed_from.append(json.loads((training.find_checkpoint(run / "checkpoint") / "manifest.json")
+                                       .read_text())["step"])
+        history = train(Llama(CONFIG), *data, cfg, out_dir=run, resume=True)
+        assert history["train_loss"] == straight["train_loss"], f"crash at operation {k}"
+        save(run / "checkpoint", Llama(CONFIG), make_optimizer(Llama(CONFIG), cfg), 9, torch.Generator(),
+             history, cfg)                                                # a later save still works
+        assert sorted(p.name for p in run.glob("checkpoint*")) == ["checkpoint"], f"crash at operation {k}"
+        assert load_checkpoint(run / "checkpoint", Llama(CONFIG))[0] == 9
+    first_new = resumed_from.index(8)                                     # once step 8 is complete, never 4
+    assert resumed_from == [4] * first_new + [8] * (n_operations - first_new) and 0 < first_new < n_operations
+
+
+KILLED_BETWEEN_THE_RENAMES = """
+import os, sys, torch
+from llama_course import LlamaConfig
+from llama_course.model import Llama
+from llama_course.train import TrainConfig, train
+config = LlamaConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=64)
+data = torch.arange(2000) % 300
+cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4, checkpoint_interval=4,
+                  progress=False)
+real_replace, renames = os.replace, []
+def replace(source, target):
+    renames.append(target)
+    if len(renames) == 3:          # the second save: checkpoint -> checkpoint.old is done, .tmp not yet promoted
+        os._exit(9)
+    real_replace(source, target)
+os.replace = replace
+torch.manual_seed(0)
+train(Llama(config), data, data, cfg, out_dir=sys.argv[1])
+"""
+
+
+def test_a_process_killed_between_the_renames_resumes_from_the_new_checkpoint(tmp_path):
+    from llama_course.train import find_checkpoint
+
+    run = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_THE_RENAMES, str(tmp_path)], timeout=300,
+                         capture_output=True, text=True)
+    assert run.returncode == 9, run.stderr
+    assert not (tmp_path / "checkpoint").exists()                          # the moment the old code lost both
+    assert find_checkpoint(tmp_path / "checkpoint") == tmp_path / "checkpoint.tmp"
+    data = torch.arange(2000) % 300
+    cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4,
+                      checkpoint_interval=4, progress=False)
+    history = train(Llama(CONFIG), data, data, cfg, out_dir=tmp_path, resume=True)
+    assert history["step"] == list(range(8))                              # steps 0-7 done, from the step-8 save
+    torch.manual_seed(0)
+    assert history["train_loss"] == train(Llama(CONFIG), data, data, cfg)["train_loss"]
+
+
+def test_a_leftover_old_checkpoint_does_not_break_saves(data, tmp_path):
     cfg = TrainConfig(steps=4, batch_size=2, context_length=8, warmup_steps=1, eval_interval=2, progress=False)
     model = Llama(CONFIG)
     train(model, *data, cfg, out_dir=tmp_path)
-    import safetensors.torch
+    (tmp_path / "checkpoint.old").mkdir()
+    (tmp_path / "checkpoint.old" / "model.safetensors").write_bytes(b"stale")
+    save_checkpoint(tmp_path / "checkpoint", model, make_optimizer(model, cfg), 5, torch.Generator(), {}, cfg)
+    assert load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))[0] == 5
+    assert not (tmp_path / "checkpoint.old").exists() and not (tmp_path / "checkpoint.tmp").exists()
 
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt("power cut while writing")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", crash)
-    with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(tmp_path / "checkpoint", model, make_optimizer(model, cfg), 99, torch.Generator(), {}, cfg)
-    monkeypatch.undo()
-    step, _ = load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))
-    assert step == 4                                                      # the complete one, untouched
+def test_a_flipped_byte_is_detected(data, tmp_path):
+    cfg = TrainConfig(steps=2, batch_size=2, context_length=8, warmup_steps=1, progress=False)
+    train(Llama(CONFIG), *data, cfg, out_dir=tmp_path)
+    for name in ("model.safetensors", "state.pt", "config.json"):
+        path = tmp_path / "checkpoint" / name
+        original = path.read_bytes()
+        flipped = bytearray(original)
+        flipped[len(flipped) // 2] ^= 0x01
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(ValueError, match=f"{name} is corrupted"):
+            load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))
+        path.write_bytes(original)
+    assert load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))[0] == 2
+
+
+def test_every_config_field_is_compared_on_resume(data, tmp_path):
+    scaled = CONFIG.replace(rope_scaling={"rope_type": "linear", "factor": 2.0})
+    cfg = TrainConfig(steps=2, batch_size=2, context_length=8, warmup_steps=1, progress=False)
+    train(Llama(scaled), *data, cfg, out_dir=tmp_path)
+    with pytest.raises(ValueError, match="rope_scaling: checkpoint"):
+        load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))
+    with pytest.raises(ValueError, match="train.lr: checkpoint 0.003, model 0.001"):
+        train(Llama(scaled), *data, TrainConfig(steps=2, batch_size=2, context_length=8, warmup_steps=1, lr=1e-3,
+                                                progress=False), out_dir=tmp_path, resume=True)
+
+
+def test_checkpoint_interval(data, tmp_path, monkeypatch):
+    import llama_course.train as training
+
+    saved = []
+    monkeypatch.setattr(training, "save_checkpoint", lambda path, model, opt, step, *rest: saved.append(step))
+    cfg = TrainConfig(steps=7, batch_size=2, context_length=8, warmup_steps=1, eval_interval=7,
+                      checkpoint_interval=3, progress=False)
+    train(Llama(CONFIG), *data, cfg, out_dir=tmp_path)
+    assert saved == [3, 6, 7]
+
+
+def test_resume_with_nothing_to_resume_says_so(data, tmp_path):
+    cfg = TrainConfig(steps=2, batch_size=2, context_length=8, warmup_steps=1, progress=False)
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train(Llama(CONFIG), *data, cfg, out_dir=tmp_path, resume=True)
+    (tmp_path / "checkpoint.tmp").mkdir()                                 # a first save that crashed
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train(Llama(CONFIG), *data, cfg, out_dir=tmp_path, resume=True)
+
+
+def test_a_non_finite_loss_stops_the_run_without_a_nan_checkpoint(data, tmp_path):
+    model = Llama(CONFIG)
+    calls = []
+
+    def poison(module, args, output):                                     # the 4th forward pass returns NaN
+        calls.append(1)
+        return output * float("nan") if len(calls) == 4 else output
+
+    model.register_forward_hook(poison)
+    cfg = TrainConfig(steps=10, batch_size=2, context_length=8, warmup_steps=1, eval_interval=100,
+                      checkpoint_interval=2, progress=False)
+    with pytest.raises(FloatingPointError, match="non-finite loss nan at step 3"):
+        train(model, *data, cfg, out_dir=tmp_path)
+    assert all(torch.isfinite(p).all() for p in model.parameters())      # stopped before the update
+    step, history = load_checkpoint(tmp_path / "checkpoint", fresh := Llama(CONFIG))
+    assert step == 2 and all(math.isfinite(x) for x in history["train_loss"])
+    assert all(torch.isfinite(p).all() for p in fresh.parameters())
+
+
+@pytest.mark.parametrize("field, value", [("steps", 0), ("batch_size", 0), ("context_length", 0),
+                                          ("eval_interval", 0), ("lr", float("nan")), ("checkpoint_interval", -1)])
+def test_train_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+    with pytest.raises(TypeError, match=field):
+        TrainConfig(**{field: "1"})
+
+
+def test_bf16_autocast_only_where_the_gpu_supports_it(monkeypatch):
+    import warnings
+
+    from llama_course.train import _autocast
+
+    for supported, dtype in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True, s=supported: s)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")                               # "CUDA is not available" on this machine
+            assert _autocast(torch.device("cuda")).fast_dtype == dtype
+    assert not _autocast(torch.device("cpu"))._enabled                    # float32 on the CPU
+
+
+def test_fp16_gradient_scaler_step(data):
+    """The fp16 path (GradScaler) on the CPU: same step as without a scaler when nothing overflows."""
+    from llama_course.train import train_step
+
+    x = get_batch(data[0], 2, 8, torch.Generator().manual_seed(0))
+    cfg = TrainConfig(progress=False)
+    torch.manual_seed(0)
+    a = Llama(CONFIG)
+    b = Llama(CONFIG)
+    b.load_state_dict(a.state_dict())
+    loss_a = train_step(a, make_optimizer(a, cfg), x, 1e-3, cfg)
+    loss_b = train_step(b, make_optimizer(b, cfg), x, 1e-3, cfg, torch.amp.GradScaler("cpu", init_scale=2.0**4))
+    assert loss_a == loss_b
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q)
 
 
 def test_bad_input(data, tmp_path):
@@ -124,14 +335,41 @@ def test_bad_input(data, tmp_path):
         load_checkpoint(tmp_path / "checkpoint", other)
 
 
-def test_command_line(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "llama_course.train", "--config", "tiny", "--steps", "3",
-                          "--vocab-size", "300", "--context-length", "16", "--batch-size", "2",
-                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+def test_command_line(tmp_path, capsys):
+    from llama_course.train import main
+
+    options = ["--config", "tiny", "--steps", "3", "--context-length", "16", "--batch-size", "2",
+               "--out", str(tmp_path / "run")]
+    run = subprocess.run([sys.executable, "-m", "llama_course.train", *options, "--vocab-size", "300"],
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "final validation loss" in run.stdout
     assert (tmp_path / "run" / "checkpoint" / "model.safetensors").exists()
-    assert (tmp_path / "run" / "tokenizer.json").exists()
+    tokenizer = (tmp_path / "run" / "tokenizer.json").read_bytes()
+    with pytest.raises(SystemExit) as exit_:                              # another vocabulary: nothing written
+        main([*options, "--vocab-size", "320", "--resume"])
+    assert exit_.value.code == 2 and "vocab_size: checkpoint 300, model 320" in capsys.readouterr().err
+    assert (tmp_path / "run" / "tokenizer.json").read_bytes() == tokenizer
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--steps", "0"], "steps must be an int >= 1"), (["--batch-size", "0"], "batch_size must be"),
+    (["--context-length", "0"], "context_length must be"), (["--eval-interval", "0"], "eval_interval must be"),
+    (["--out", ""], "must name a folder"), (["--resume"], "nothing to resume")])
+def test_command_line_argument_errors_come_first(tmp_path, capsys, monkeypatch, options, message):
+    import llama_course.tokenizer
+    from llama_course.train import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(llama_course.tokenizer, "train_bpe", lambda *a, **k: train_bpe(TEXT, 300, ["<|endoftext|>"]))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path / "run"), *options])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []                                 # nothing written anywhere
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "file")])
+    assert "exists and is not a folder" in capsys.readouterr().err
 
 
 def test_documents_are_shuffled_before_the_split():

@@ -13,7 +13,11 @@ never split and never merged, and get the last ids of the vocabulary.
 
 Encoding follows tiktoken's rule (the one Llama 3 uses): a piece that is itself a token is that
 token; otherwise repeatedly join the adjacent pair whose concatenation has the lowest rank
-(the rank of a token is its id, the order in which training created it).
+(the rank of a token is its id, the order in which training created it; ties: the leftmost).
+A heap of candidate pairs over a linked list of parts finds each join in O(log n), so a piece
+of n bytes costs O(n log n), not the O(n^2) of rescanning every pair after each join (a run of
+8,000 Chinese characters is one piece). Text with lone surrogates (not encodable as UTF-8) is
+encoded as tiktoken does, with each surrogate replaced by U+FFFD.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import regex
+
+from ..checks import check_int
 
 # GPT-2's pre-tokenizer: contractions, words with an optional leading space, numbers,
 # punctuation runs, and whitespace (a run before a word leaves its last space to the word).
@@ -59,15 +65,13 @@ class BPETokenizer:
             raise ValueError(f"vocab must contain all 256 single bytes; missing {missing[:8]}...")
         self.special_tokens: dict[str, int] = {}
         for token in special_tokens:
-            if not isinstance(token, str):
-                raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
-            data = token.encode("utf-8")
+            data = _check_special_token(token).encode("utf-8")
             if data not in self._rank:
                 new_id = max(self.vocab) + 1
                 self.vocab[new_id] = data
                 self._rank[data] = new_id
             self.special_tokens[token] = self._rank[data]
-        for token, token_id in self.special_tokens.items():
+        for token in self.special_tokens:
             del self._rank[token.encode("utf-8")]  # specials are never produced by merging
         ordered = sorted(self.special_tokens, key=len, reverse=True)  # longest first wins
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, ordered)) + ")") if ordered else None
@@ -80,12 +84,13 @@ class BPETokenizer:
         """Token ids of ``text``; special tokens in the text become their own ids."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        text = _replace_surrogates(text)
         ids: list[int] = []
         for chunk, is_special in self._split_special(text):
             if is_special:
                 ids.append(self.special_tokens[chunk])
             else:
-                for piece in self._regex.findall(chunk):
+                for piece in pre_tokens(self._regex, chunk):
                     ids.extend(self._encode_piece(piece))
         return ids
 
@@ -97,19 +102,22 @@ class BPETokenizer:
         (which the next chunk could still change) and any tail that might begin a special token
         are held back.
         """
-        buffer = ""
+        buffer, high_surrogate = "", ""  # a chunk's last code point may pair with the next chunk's first
         for chunk in iterable:
             if not isinstance(chunk, str):
                 raise TypeError(f"iterable must yield str, got {type(chunk).__name__}")
-            buffer += chunk
+            chunk, high_surrogate = high_surrogate + chunk, ""
+            if chunk and "\ud800" <= chunk[-1] <= "\udbff":
+                chunk, high_surrogate = chunk[:-1], chunk[-1]
+            buffer += _replace_surrogates(chunk)
             pieces = self._pieces(buffer[:self._special_safe_end(buffer)])
             ready = pieces[:-2]  # the last two pieces may still grow or split
-            for start, piece, is_special in ready:
+            for _, piece, is_special in ready:
                 yield from [self.special_tokens[piece]] if is_special else self._encode_piece(piece)
             if ready:
                 buffer = buffer[pieces[-2][0]:]
-        if buffer:
-            yield from self.encode(buffer)
+        if buffer + high_surrogate:
+            yield from self.encode(buffer + high_surrogate)
 
     def _special_safe_end(self, text: str) -> int:
         """Length of the prefix of ``text`` that cannot be the start of a special token."""
@@ -128,7 +136,8 @@ class BPETokenizer:
             if is_special:
                 pieces.append((chunk_start, chunk, True))
             else:
-                pieces.extend((chunk_start + m.start(), m.group(), False) for m in self._regex.finditer(chunk))
+                pieces.extend((chunk_start + start, piece, False) for start, piece in
+                              pre_tokens(self._regex, chunk, offsets=True))
         return pieces
 
     def _split_special(self, text: str):
@@ -155,21 +164,7 @@ class BPETokenizer:
             return cached
         data = piece.encode("utf-8")
         whole = self._rank.get(data)
-        if whole is not None:
-            ids = [whole]
-        else:
-            parts = [data[i:i + 1] for i in range(len(data))]  # one part per byte
-            while len(parts) > 1:
-                # the adjacent pair whose concatenation has the lowest rank
-                best, best_rank = -1, None
-                for i in range(len(parts) - 1):
-                    rank = self._rank.get(parts[i] + parts[i + 1])
-                    if rank is not None and (best_rank is None or rank < best_rank):
-                        best, best_rank = i, rank
-                if best_rank is None:
-                    break
-                parts[best:best + 2] = [parts[best] + parts[best + 1]]
-            ids = [self._rank[p] for p in parts]
+        ids = [whole] if whole is not None else [self._rank[part] for part in bpe_merge(data, self._rank)]
         if len(self._cache) > 100_000:
             self._cache.clear()
         self._cache[piece] = ids
@@ -224,13 +219,48 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("format") != FORMAT:
-            raise ValueError(f"{path} is not a {FORMAT} file")
-        vocab = {i: _unshow(token) for token, i in data["vocab"].items()}
-        vocab.update({i: token.encode("utf-8") for token, i in data["special_tokens"].items()})
-        merges = [tuple(_unshow(part) for part in line.split(" ")) for line in data["merges"]]
-        return cls(vocab, merges, list(data["special_tokens"]), data["pattern"])
+        """Read a file written by ``save``; ValueError naming the file for anything malformed."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"not a {FORMAT} file")
+            vocab, merges, specials = _parse_saved(data)
+            return cls(vocab, merges, list(specials), data["pattern"])
+        except (ValueError, TypeError, KeyError, regex.error) as err:
+            detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"{path}: {detail}") from None
+
+
+def _parse_saved(data: dict) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]], dict[str, int]]:
+    """vocab, merges and special tokens of a saved tokenizer, each checked."""
+    tokens, specials, lines = data["vocab"], data["special_tokens"], data["merges"]
+    if not isinstance(data["pattern"], str):
+        raise ValueError("pattern must be a string")
+    for key, value, kind in (("vocab", tokens, dict), ("special_tokens", specials, dict), ("merges", lines, list)):
+        if not isinstance(value, kind):
+            raise ValueError(f"{key} must be a JSON {'object' if kind is dict else 'array'}")
+    ids = list(tokens.values()) + list(specials.values())
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise ValueError(f"token ids must be ints >= 0, got {token_id!r}")
+    repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if repeated:
+        raise ValueError(f"ids used twice (by two tokens, or a token and a special token): {repeated[:8]}")
+    if ids and max(ids) >= len(ids):
+        which = "special token" if max(ids) in specials.values() else "token"
+        raise ValueError(f"{which} id {max(ids)} is out of range: the {len(ids)} ids must be 0..{len(ids) - 1}")
+    try:
+        vocab = {i: _unshow(token) for token, i in tokens.items()}
+    except KeyError as err:
+        raise ValueError(f"vocab has a character outside GPT-2's byte map: {err}") from None
+    vocab.update({i: _check_special_token(token).encode("utf-8") for token, i in specials.items()})
+    merges = []
+    for number, line in enumerate(lines, start=1):
+        parts = line.split(" ") if isinstance(line, str) else []
+        if len(parts) != 2 or not all(parts) or any(c not in _FROM_CHAR for c in "".join(parts)):
+            raise ValueError(f"merge {number} must be two tokens separated by one space, got {line!r}")
+        merges.append((_unshow(parts[0]), _unshow(parts[1])))
+    return vocab, merges, specials
 
 
 # GPT-2's reversible map from the 256 byte values to printable characters.
@@ -249,6 +279,73 @@ def _byte_to_char() -> dict[int, str]:
 
 _TO_CHAR = _byte_to_char()
 _FROM_CHAR = {c: b for b, c in _TO_CHAR.items()}
+
+
+def _check_special_token(token) -> str:
+    if not isinstance(token, str):
+        raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
+    if not token:
+        raise ValueError("special_tokens must not contain the empty string (it would match everywhere)")
+    return token
+
+
+def _replace_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (a str that UTF-8 cannot encode) as U+FFFD, as tiktoken does."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def pre_tokens(pattern: regex.Pattern, text: str, offsets: bool = False) -> list:
+    """The pieces of ``text`` that ``pattern`` matches (with their start offsets if ``offsets``).
+    ValueError if the matches leave a gap: a pattern must cover the text, or text would be lost."""
+    pieces, position = [], 0
+    for m in pattern.finditer(text):
+        if m.start() != position:
+            break
+        pieces.append((m.start(), m.group()) if offsets else m.group())
+        position = m.end()
+    if position != len(text):
+        raise ValueError(f"the pre-tokenization pattern does not match the text at position {position} "
+                         f"({text[position:position + 20]!r}): every character must belong to a pre-token")
+    return pieces
+
+
+def bpe_merge(data: bytes, ranks: dict[bytes, int]) -> list[bytes]:
+    """The parts of ``data`` after tiktoken's rule: while some adjacent pair of parts concatenates
+    to a token, join the pair of lowest rank (ties: the leftmost). O(n log n) for n bytes.
+
+    Parts are kept as a linked list (part i covers data[i:end[i]], its left neighbour starts at
+    left[i]); a heap holds (rank, i, j, end of j) for every adjacent pair of parts i, j that is a
+    token. An entry is stale once i or j has changed, which (end[i], end[j]) reveals.
+    """
+    n = len(data)
+    end, left = list(range(1, n + 1)), list(range(-1, n - 1))           # (n,) each
+    heap = [(ranks[data[i:i + 2]], i, i + 1, i + 2) for i in range(n - 1) if data[i:i + 2] in ranks]
+    heapq.heapify(heap)
+    while heap:
+        _, i, j, j_end = heapq.heappop(heap)
+        if end[i] != j or end[j] != j_end:
+            continue                                                    # stale: a neighbour merged first
+        end[i], end[j] = j_end, -1                                      # join part j into part i
+        if j_end < n:
+            left[j_end] = i
+            _push_pair(heap, data, ranks, i, j_end, end[j_end])          # new pair: (i, its right neighbour)
+        if left[i] >= 0:
+            _push_pair(heap, data, ranks, left[i], i, j_end)             # new pair: (left neighbour, i)
+    parts, i = [], 0
+    while i < n:
+        parts.append(data[i:end[i]])
+        i = end[i]
+    return parts
+
+
+def _push_pair(heap: list, data: bytes, ranks: dict[bytes, int], i: int, j: int, j_end: int) -> None:
+    rank = ranks.get(data[i:j_end])
+    if rank is not None:
+        heapq.heappush(heap, (rank, i, j, j_end))
 
 
 def _show(token: bytes) -> str:
@@ -271,90 +368,104 @@ def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_to
     If the text runs out of pairs first, a warning says so and the vocabulary is smaller.
     An iterable is a stream of documents: no pre-token spans two of its strings.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
-    special_tokens = list(special_tokens)
-    for token in special_tokens:
-        if not isinstance(token, str):
-            raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
-    if len(set(special_tokens)) != len(special_tokens):
-        raise ValueError("special_tokens has duplicates")
-    if vocab_size < 256 + len(special_tokens):
-        raise ValueError(f"vocab_size must be at least 256 + {len(special_tokens)} special tokens, got {vocab_size}")
+    special_tokens = _check_training_arguments(vocab_size, special_tokens)
     texts = [text_or_iterable] if isinstance(text_or_iterable, str) else text_or_iterable
     pattern = GPT2_PATTERN if pattern is None else pattern
-    pre_tokenizer = regex.compile(pattern)
-    splitter = regex.compile("|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))) \
-        if special_tokens else None
-
-    # 1. count each distinct pre-token once
-    counts: Counter[bytes] = Counter()
-    for text in texts:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str or an iterable of str, got {type(text).__name__}")
-        for part in (splitter.split(text) if splitter else [text]):
-            counts.update(m.encode("utf-8") for m in pre_tokenizer.findall(part))
-    words = [list(word) for word in counts]           # each word as a list of token ids
+    counts = count_pre_tokens(texts, pattern, special_tokens)       # 1. each distinct pre-token once
+    words = [list(word) for word in counts]                         #    as a list of token ids
     freqs = list(counts.values())
-
-    # 2. pair counts, and which words hold each pair
+    pair_counts, where = index_pairs(words, freqs)                  # 2. pair counts, the words holding each
     vocab = {i: bytes([i]) for i in range(256)}
-    pair_counts: Counter[tuple[int, int]] = Counter()
-    where: dict[tuple[int, int], set[int]] = {}
-    for w, (ids, f) in enumerate(zip(words, freqs)):
-        for pair in zip(ids, ids[1:]):
-            pair_counts[pair] += f
-            where.setdefault(pair, set()).add(w)
-    reverse = {i: _reversed_order(vocab[i]) for i in vocab}
-    heap = [(-c, reverse[a], reverse[b], a, b) for (a, b), c in pair_counts.items()]
+    order = {i: _reversed_order(vocab[i]) for i in vocab}
+    heap = [(-c, order[a], order[b], a, b) for (a, b), c in pair_counts.items()]
     heapq.heapify(heap)
-
-    # 3. merge
     merges: list[tuple[bytes, bytes]] = []
-    merge_counts: list[int] = []  # how often each merged pair occurred when it was chosen
-    n_merges = vocab_size - 256 - len(special_tokens)
-    while len(merges) < n_merges:
+    merge_counts: list[int] = []                                    # each merged pair's count when chosen
+    while len(merges) < vocab_size - 256 - len(special_tokens):     # 3. merge the most frequent pair
         while heap and pair_counts.get((heap[0][3], heap[0][4]), 0) != -heap[0][0]:
-            heapq.heappop(heap)  # stale entry: the count changed after it was pushed
+            heapq.heappop(heap)                                     # stale: the count changed since
         if not heap:
             warnings.warn(f"train_bpe: the text has no pairs left after {len(merges)} merges; "
                           f"the vocabulary has {256 + len(merges) + len(special_tokens)} tokens, "
                           f"not {vocab_size}", stacklevel=2)
             break
         count, _, _, a, b = heapq.heappop(heap)
-        merge_counts.append(-count)
         new_id = 256 + len(merges)
-        vocab[new_id] = vocab[a] + vocab[b]
-        reverse[new_id] = _reversed_order(vocab[new_id])
+        vocab[new_id], order[new_id] = vocab[a] + vocab[b], _reversed_order(vocab[a] + vocab[b])
         merges.append((vocab[a], vocab[b]))
-        changed: set[tuple[int, int]] = set()
-        for w in where.pop((a, b)):
-            old = words[w]
-            new = merge_pair(old, (a, b), new_id)
-            delta = Counter(zip(new, new[1:]))
-            delta.subtract(Counter(zip(old, old[1:])))
-            for pair, d in delta.items():
-                if d:
-                    pair_counts[pair] += d * freqs[w]
-                    changed.add(pair)
-                    if d > 0:
-                        where.setdefault(pair, set()).add(w)
-            for pair in set(zip(old, old[1:])) - set(zip(new, new[1:])):
-                if pair != (a, b):
-                    where[pair].discard(w)
-            words[w] = new
-        del pair_counts[(a, b)]
-        for pair in changed:
-            count = pair_counts.get(pair, 0)
-            if count > 0:
-                heapq.heappush(heap, (-count, reverse[pair[0]], reverse[pair[1]], *pair))
-            else:
-                pair_counts.pop(pair, None)
+        merge_counts.append(-count)
+        for pair in merge_everywhere(words, freqs, pair_counts, where, (a, b), new_id):
+            heapq.heappush(heap, (-pair_counts[pair], order[pair[0]], order[pair[1]], *pair))
     for i, token in enumerate(special_tokens):
         vocab[256 + len(merges) + i] = token.encode("utf-8")
     tokenizer = BPETokenizer(vocab, merges, special_tokens, pattern)
     tokenizer.merge_counts = merge_counts
     return tokenizer
+
+
+def _check_training_arguments(vocab_size: int, special_tokens: Iterable[str]) -> list[str]:
+    check_int("vocab_size", vocab_size)
+    special_tokens = list(special_tokens)
+    for token in special_tokens:
+        _check_special_token(token)
+    if len(set(special_tokens)) != len(special_tokens):
+        raise ValueError("special_tokens has duplicates")
+    if vocab_size < 256 + len(special_tokens):
+        raise ValueError(f"vocab_size must be at least 256 + {len(special_tokens)} special tokens, got {vocab_size}")
+    return special_tokens
+
+
+def count_pre_tokens(texts: Iterable[str], pattern: str, special_tokens: list[str]) -> Counter[bytes]:
+    """How often each pre-token (as UTF-8 bytes) occurs; special tokens cut the text and are not counted.
+    Only what ``pattern`` matches is counted (r"\\w+" skips spaces, as in Sennrich's example); encoding,
+    unlike training, refuses a pattern that leaves text out."""
+    pre_tokenizer = regex.compile(pattern)
+    splitter = regex.compile("|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))) \
+        if special_tokens else None
+    counts: Counter[bytes] = Counter()
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str or an iterable of str, got {type(text).__name__}")
+        for part in (splitter.split(text) if splitter else [text]):
+            counts.update(piece.encode("utf-8") for piece in pre_tokenizer.findall(part))
+    return counts
+
+
+def index_pairs(words: list[list[int]], freqs: list[int]) -> tuple[Counter, dict]:
+    """The count of every adjacent pair (weighted by word frequency), and which words hold each pair."""
+    pair_counts: Counter[tuple[int, int]] = Counter()
+    where: dict[tuple[int, int], set[int]] = {}
+    for w, (ids, f) in enumerate(zip(words, freqs)):
+        for pair in zip(ids, ids[1:]):
+            pair_counts[pair] += f
+            where.setdefault(pair, set()).add(w)
+    return pair_counts, where
+
+
+def merge_everywhere(words: list[list[int]], freqs: list[int], pair_counts: Counter, where: dict,
+                     pair: tuple[int, int], new_id: int) -> list[tuple[int, int]]:
+    """Replace ``pair`` by new_id in every word that holds it, updating pair_counts and where in
+    place; returns the pairs whose count changed and is still positive (to push on the heap)."""
+    changed: set[tuple[int, int]] = set()
+    for w in where.pop(pair):
+        old = words[w]
+        new = merge_pair(old, pair, new_id)
+        delta = Counter(zip(new, new[1:]))
+        delta.subtract(Counter(zip(old, old[1:])))
+        for other, d in delta.items():
+            if d:
+                pair_counts[other] += d * freqs[w]
+                changed.add(other)
+                if d > 0:
+                    where.setdefault(other, set()).add(w)
+        for other in set(zip(old, old[1:])) - set(zip(new, new[1:])) - {pair}:
+            where[other].discard(w)
+        words[w] = new
+    del pair_counts[pair]
+    for other in [c for c in changed if pair_counts.get(c, 0) <= 0]:
+        pair_counts.pop(other, None)
+        changed.discard(other)
+    return sorted(changed)
 
 
 def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:

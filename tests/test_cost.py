@@ -1,0 +1,44 @@
+"""The cost model: hand-checked numbers for Llama-2 7B and Mixtral, the roofline, a measurement."""
+
+import pytest
+
+from llama_course import PRESETS
+from llama_course.cost import (
+    ACCELERATORS,
+    arithmetic_intensity,
+    decode_bytes,
+    flops_per_token,
+    kv_cache_bytes,
+    measure_accelerator,
+    prefill_flops,
+    roofline_time,
+)
+
+
+def test_cost_numbers():
+    llama2 = PRESETS["llama2-7b"]
+    assert kv_cache_bytes(llama2) == 524_288 and kv_cache_bytes(llama2, 4096) == 2 * 2**30
+    # 2 FLOPs per weight used in a product: blocks (attention + FFN) and the head; attention over 1 position
+    weights = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 32000 * 4096
+    assert flops_per_token(llama2, 1) == 2 * weights + 4 * 32 * 4096
+    assert 13.1e9 < decode_bytes(llama2, 1) < 13.3e9                # about 13.2 GB per decode step in fp16
+    assert arithmetic_intensity(llama2, 1) == pytest.approx(1.0, abs=0.01)   # 2 FLOPs per 2-byte weight
+    assert arithmetic_intensity(llama2, 1, batch_size=64) > 50               # batching reuses the weights
+    assert prefill_flops(llama2, 10) > 10 * flops_per_token(llama2, 1)
+    mixtral = PRESETS["mixtral-8x7b"]
+    assert flops_per_token(mixtral, 1) < 0.3 * 2 * 46.7e9                   # only 2 of 8 experts run
+    h100 = next(a for a in ACCELERATORS if "H100" in a.name)
+    assert roofline_time(flops_per_token(llama2, 1), decode_bytes(llama2, 1), h100) == \
+        pytest.approx(decode_bytes(llama2, 1) / 3.35e12)                     # decode is memory-bound
+    measured = measure_accelerator("cpu", size=256, copy_mb=8, repeats=2)
+    assert measured.tflops > 0 and measured.bandwidth_gbs > 0
+
+
+def test_bad_input():
+    llama2 = PRESETS["llama2-7b"]
+    with pytest.raises(ValueError, match="seq_len must be a finite number > 0"):
+        kv_cache_bytes(llama2, 0)
+    with pytest.raises(TypeError, match="context must be a number"):
+        flops_per_token(llama2, "1")
+    with pytest.raises(ValueError, match="repeats"):
+        measure_accelerator("cpu", size=8, copy_mb=1, repeats=0)
