@@ -1,39 +1,50 @@
 # LLaMA from the Inside -- the two commands are `make book` and `make test` (see README.md).
 SHELL := /bin/bash
 PYTHON ?= python3
+# The PyTorch build `make install` puts in .venv (tools/install_torch.sh, the one place that
+# installs torch): auto = PyPI's CUDA build on Linux when `nvidia-smi -L` lists a GPU, else the
+# CPU build from PyTorch's own index (on macOS, PyPI's build: CPU and MPS); or cpu, or cuda.
+TORCH ?= auto
+# The oldest Python the pins of requirements.lock install on (tests/test_install.py checks it).
+PYTHON_FLOOR := 3.11.5
 VENV := .venv
 PY := $(VENV)/bin/python
-TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg -p no:cacheprovider
+# The instructor's tree grades graded tests against its key; a student release has no key and
+# checks them against the package instead.
+IMPL := $(if $(wildcard solutions/*.py),solutions,package)
+CHAPTER ?=
 
-.PHONY: help install install-cuda book lab test test-unit test-package test-notebooks test-book \
-        exercises grade autograder student-release lock clean
+.PHONY: help install install-cuda book lab lint gpu-check test test-unit test-package test-notebooks test-book \
+        test-site test-site-if-browser grade clean exercises autograder student-release colab-cells lock
 
-help:
-	@echo "make book        build the HTML book into _build/html (creates .venv if missing)"
-	@echo "make test        the whole suite: unit, graded, stubs, grader, notebooks, book build"
+help::
+	@echo "make install     create .venv with the pinned environment (TORCH=auto|cpu|cuda, see README.md)"
+	@echo "make book        build the HTML book into _build/html"
 	@echo "make lab         JupyterLab on book/ with the course kernel registered"
-	@echo "make exercises   regenerate exercises/ from solutions/"
-	@echo "make grade       grade exercises/ (python -m llama_course.grade exercises/)"
-	@echo "make autograder  build the Gradescope autograder zip into _build/"
-	@echo "make student-release  dist/llama-course-student.tar.gz without solutions/"
-	@echo "make install-cuda  replace the CPU build of torch with PyPI's CUDA build"
+	@echo "make grade       grade your exercises/ (CHAPTER=4 for one chapter)"
+	@echo "make test        the whole suite: lint, unit, graded, notebooks, book build, site"
+	@echo "make install-cuda  replace torch in .venv with PyPI's CUDA build (Linux)"
 
-# torch first, on its own and pinned, so a CPU machine never pulls a multi-GB CUDA build;
-# then the exact pins of requirements.lock (which 2.13.0 already satisfies), then the package.
-$(STAMP): requirements.lock pyproject.toml
+# torch first, on its own (tools/install_torch.sh), so a machine without a GPU never pulls a
+# multi-GB CUDA build; then the exact pins of requirements.lock, then the package itself.
+$(STAMP): requirements.lock pyproject.toml tools/install_torch.sh
+	@$(PYTHON) -c 'import sys; f = tuple(map(int, "$(PYTHON_FLOOR)".split("."))); sys.exit(sys.version_info[:3] < f)' || \
+	  { echo "make install needs Python >= $(PYTHON_FLOOR); $(PYTHON) is $$($(PYTHON) --version 2>&1)." \
+	         "Choose another with PYTHON=python3.12 make install" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) $(TORCH)
+	bash tools/install_torch.sh $(PY) $(TORCH)
 	$(PIP) -r requirements.lock
 	$(PIP) --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(STAMP)
 
+# Replaces whatever torch .venv has with PyPI's CUDA build, and checks that it got it.
 install-cuda: install
-	$(PIP) --force-reinstall -c requirements.lock $(TORCH) --index-url https://pypi.org/simple
+	bash tools/install_torch.sh $(PY) cuda
 
 book: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
@@ -44,14 +55,18 @@ lab: install
 	$(PY) -m ipykernel install --user --name llama-course --display-name "LLaMA from the Inside"
 	$(VENV)/bin/jupyter lab book/
 
-test: install test-unit test-package test-notebooks test-book test-site-if-browser
+# The style is the linter's (configured in pyproject.toml).
+lint: install
+	$(VENV)/bin/ruff check .
+
+test: lint test-unit test-package test-notebooks test-book test-site-if-browser
 	@echo "make test: all checks passed"
 
-# Package unit tests; graded tests against solutions/ (must score 100%); exercises/ in sync
-# with solutions/; the grader end to end (solutions full marks, stubs 0, hostile code isolated).
+# Package unit tests; graded tests against the key (must score 100%); in the instructor's tree,
+# exercises/ in sync with solutions/ and the grader end to end.
 test-unit: install
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist load tests --impl=solutions
-	$(PY) -m llama_course.grade.stubs --check
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist load tests --impl=$(IMPL)
+	$(if $(wildcard solutions/*.py),$(PY) -m llama_course.grade.stubs --check)
 
 # The same graded tests against the package's reference implementation.
 test-package: install
@@ -67,7 +82,6 @@ test-book: install
 # Browser checks of the built site (site_tests/): every page over HTTP and file://, math
 # typeset, images loaded, no JavaScript errors, no request leaving the machine, offline search;
 # screenshots in _build/screenshots/. Drives the system Chromium ($CHROMIUM, else chromium).
-.PHONY: test-site test-site-if-browser
 test-site: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	$(PY) -m pytest -p no:cacheprovider site_tests -q
@@ -80,30 +94,43 @@ test-site-if-browser: install
 	  echo "Chromium is not installed: skipping the browser checks of the site (apt-get install chromium to run them)"; \
 	fi
 
-# The style is the linter's (configured in pyproject.toml).
-.PHONY: lint
-lint: install
-	$(VENV)/bin/ruff check .
+# Grades exercises/ (reads them only; writes results.json).
+grade: install
+	$(PY) -m llama_course.grade exercises $(foreach c,$(CHAPTER),--chapter $(c))
+
+# One prepared run on a CUDA machine (benchmarks/gpu_check.py): JSON and log in benchmarks/results/.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --device cuda
+
+clean:
+	rm -rf _build .pytest_cache
+
+# BEGIN INSTRUCTOR (make student-release leaves everything up to END INSTRUCTOR out)
+CHAPTERS ?=
+
+help::
+	@echo "make exercises   regenerate exercises/ from solutions/ (never overwrites an edited file)"
+	@echo "make autograder  the Gradescope zip (CHAPTERS=\"4 5\" for one assignment) in _build/"
+	@echo "make student-release  dist/llama-course-student.tar.gz: the students' repository"
+	@echo "make colab-cells rewrite every notebook's Colab install cell from _config.yml"
+	@echo "make lock        re-pin requirements.lock and requirements-grade.txt from .venv"
 
 exercises: install
 	$(PY) -m llama_course.grade.stubs solutions exercises
 
-grade: install
-	$(PY) -m llama_course.grade exercises
-
 autograder: install
-	$(PY) -m llama_course.grade.autograder --out _build/autograder.zip
+	$(PY) -m llama_course.grade.autograder $(foreach c,$(CHAPTERS),--chapter $(c))
 
-# The committed tree without the instructor's key.
-student-release:
-	mkdir -p dist
-	git archive --format=tar.gz --prefix=llama-course/ -o dist/llama-course-student.tar.gz HEAD -- . ':(exclude)solutions'
-	@echo "wrote dist/llama-course-student.tar.gz (no solutions/)"
+# The students' repository: no key, no hidden tests, no instructor-only files (tools/student_release.py).
+student-release: install
+	$(PY) tools/student_release.py --out dist/llama-course-student.tar.gz
+
+colab-cells: install
+	$(PY) tools/colab_cells.py
 
 lock:
 	$(PY) -m pip freeze --all --exclude-editable | grep -v -E '^(torch|pip)==' | \
-	  { echo "# Exact pins for the course environment (pip freeze, torch excluded: the Makefile"; \
-	    echo "# installs $(TORCH) first, on its own). Regenerate with: make lock"; cat; } > requirements.lock
-
-clean:
-	rm -rf _build .pytest_cache
+	  { echo "# Exact pins for the course environment (pip freeze, torch excluded: tools/install_torch.sh"; \
+	    echo "# installs it first, on its own). Regenerate with: make lock"; cat; } > requirements.lock
+	$(PY) -m llama_course.grade.autograder --requirements > requirements-grade.txt
+# END INSTRUCTOR

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch01_anatomy.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch01_anatomy.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 1 exercises: the shapes of a LLaMA model, by hand.
 
 Read Chapter 1 ("A decoder-only Transformer, from the top") first. Both functions are pure
@@ -22,7 +22,10 @@ def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: flo
 
     Examples: ffn_hidden_dim(4096) == 11008; ffn_hidden_dim(8192, 4096, 1.3) == 28672.
     """
-    raise NotImplementedError('Exercise 1.1 ffn_hidden_dim (Chapter 1, section 1.5 "Anatomy of LLaMA-2 7B"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 1.1 ffn_hidden_dim (Chapter 1, section 1.5 "Anatomy of LLaMA-2 7B")'
+        ': not implemented yet'
+    )
 
 
 def count_parameters(config: LlamaConfig) -> dict:
@@ -45,4 +48,8 @@ def count_parameters(config: LlamaConfig) -> dict:
 
     LLaMA has no biases. Use config.head_dim and config.d_ff.
     """
-    raise NotImplementedError('Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 1.2 count_parameters (Chapter 1, section 1.6 "Counting parameters")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 a56b4d1db606824110473ae938f2b0ba7dc01d1706e96259780e68b7b793973b

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch02_tokens.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch02_tokens.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 2 exercises: a byte-level BPE tokenizer, embeddings and the next-token loss.
 
 Read Chapter 2 ("Tokens") first. Check yourself with
@@ -25,7 +25,10 @@ def count_pairs(word_counts: dict) -> dict:
 
     count_pairs({(1, 2, 3): 2, (2, 3): 1}) == {(1, 2): 2, (2, 3): 3}
     """
-    raise NotImplementedError('Exercise 2.1 count_pairs (Chapter 2, section 2.3 "Training BPE by hand"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 2.1 count_pairs (Chapter 2, section 2.3 "Training BPE by hand")'
+        ': not implemented yet'
+    )
 
 
 def merge_pair(ids: list, pair: tuple, new_id: int) -> list:
@@ -33,7 +36,10 @@ def merge_pair(ids: list, pair: tuple, new_id: int) -> list:
 
     merge_pair([1, 2, 2, 2, 3], (2, 2), 9) == [1, 9, 2, 3]
     """
-    raise NotImplementedError('Exercise 2.2 merge_pair (Chapter 2, section 2.3 "Training BPE by hand"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 2.2 merge_pair (Chapter 2, section 2.3 "Training BPE by hand")'
+        ': not implemented yet'
+    )
 
 
 def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BPETokenizer:
@@ -48,7 +54,10 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) -> BP
     3. Special tokens get the ids after the last merge.
     A simple loop that recounts all pairs after every merge is fine here.
     """
-    raise NotImplementedError('Exercise 2.3 train_bpe (Chapter 2, section 2.4 "Training on a corpus"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 2.3 train_bpe (Chapter 2, section 2.4 "Training on a corpus")'
+        ': not implemented yet'
+    )
 
 
 def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None) -> list:
@@ -57,7 +66,10 @@ def encode(text: str, vocab: dict, merges: list, special_tokens=(), pattern=None
     Cut out special tokens (each becomes its own id), split the rest into pre-tokens, and in each
     pre-token start from its bytes and apply the merges in the order they were learned.
     """
-    raise NotImplementedError('Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 2.4 encode (Chapter 2, section 2.5 "Encoding and decoding")'
+        ': not implemented yet'
+    )
 
 
 def decode(ids: list, vocab: dict) -> str:
@@ -65,7 +77,10 @@ def decode(ids: list, vocab: dict) -> str:
 
     An id that is not in ``vocab`` raises ValueError naming it.
     """
-    raise NotImplementedError('Exercise 2.5 decode (Chapter 2, section 2.5 "Encoding and decoding"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 2.5 decode (Chapter 2, section 2.5 "Encoding and decoding")'
+        ': not implemented yet'
+    )
 
 
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -80,3 +95,4 @@ def next_token_loss(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tens
     row maximum) in float32 and return a scalar.
     """
     raise NotImplementedError('Exercise 2.7 next_token_loss (Chapter 2, section 2.9 "The loss"): not implemented yet')
+# generated stub, sha256 27800fcd28b60245613a49dae2cdfc29201d481d2411ae1e49e4edaeb0f78bfc

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch05_rope.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch05_rope.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 5 exercises: rotary position embeddings.
 
 Read Chapter 5 ("RoPE") first. Check yourself with
@@ -20,7 +20,10 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
 
     rope_inv_freq(8) == [1, 0.1, 0.01, 0.001]
     """
-    raise NotImplementedError('Exercise 5.1 rope_inv_freq (Chapter 5, section 5.4 "Frequencies: fast to slow"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 5.1 rope_inv_freq (Chapter 5, section 5.4 "Frequencies: fast to slow")'
+        ': not implemented yet'
+    )
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
@@ -38,8 +41,14 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
         cos, sin = cos[:, None], sin[:, None]                # (batch, 1, seq, d/2)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
-        raise NotImplementedError('Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features"): not implemented yet')
-    raise NotImplementedError('Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
+        raise NotImplementedError(
+            'Exercise 5.2 apply_rope interleaved (Chapter 5, section 5.3 "Rotating pairs of features")'
+            ': not implemented yet'
+        )
+    raise NotImplementedError(
+        'Exercise 5.3 apply_rope half (Chapter 5, section 5.7 "Two layouts")'
+        ': not implemented yet'
+    )
 
 
 def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -48,4 +57,8 @@ def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
     Within each head the rows (0, 1, 2, 3, ..., d-2, d-1) become (0, 2, 4, ..., d-2, 1, 3, ..., d-1).
     """
-    raise NotImplementedError('Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 5.4 interleaved_to_half (Chapter 5, section 5.7 "Two layouts")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 1b1e7f2b465371793ba02126f8df5bf5342327a4a65d6d1930908c05985d4219

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch07_model.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch07_model.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 7 exercises: the LLaMA block, the whole model, and the checkpoint name map.
 
 Read Chapter 7 ("The LLaMA block and the whole model") first. Check yourself with
@@ -40,7 +40,10 @@ def llama_forward(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig
     """Logits (B, T, vocab) of a whole model from a Hugging Face state dict ("model.embed_tokens.weight",
     "model.layers.{i}.<name>", "model.norm.weight", "lm_head.weight" -- absent when the head is tied
     to the embedding). Positions are 0 .. T-1."""
-    raise NotImplementedError('Exercise 7.2 llama_forward (Chapter 7, section 7.2 "The whole model"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 7.2 llama_forward (Chapter 7, section 7.2 "The whole model")'
+        ': not implemented yet'
+    )
 
 
 def hf_to_course_names(state_dict: dict) -> dict:
@@ -51,4 +54,8 @@ def hf_to_course_names(state_dict: dict) -> dict:
     "lm_head.weight" stays), and drops the RoPE buffers some checkpoints carry
     ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
     """
-    raise NotImplementedError('Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 bc9bfae504a633e0255c734ca649eb70ea7b3046936de77d4a1e671dbf64b333

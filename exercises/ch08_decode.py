@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch08_decode.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch08_decode.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 8 exercises: the KV cache, a decode step, greedy generation, nucleus sampling, and the
 size of the cache.
 
@@ -36,7 +36,10 @@ class KVCache:
         self.pending; return the keys and values of positions 0 .. length + new - 1.
         Raise ValueError mentioning the capacity (max_seq_len) if they do not fit.
         """
-        raise NotImplementedError('Exercise 8.1 KVCache.update (Chapter 8, section 8.2 "The KV cache"): not implemented yet')
+        raise NotImplementedError(
+            'Exercise 8.1 KVCache.update (Chapter 8, section 8.2 "The KV cache")'
+            ': not implemented yet'
+        )
 
     def advance(self):
         self.length += self.pending
@@ -47,13 +50,19 @@ def decode_step(model, token_ids: torch.Tensor, cache) -> torch.Tensor:
     """Feed ``token_ids`` (batch, new) -- a whole prompt (prefill) or one token per row (decode) --
     through ``model`` with ``cache`` and return the logits of the LAST position, (batch, vocab).
     The positions are cache.length, cache.length + 1, ...; the model takes them from the cache."""
-    raise NotImplementedError('Exercise 8.2 decode_step (Chapter 8, section 8.3 "The decode loop"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 8.2 decode_step (Chapter 8, section 8.3 "The decode loop")'
+        ': not implemented yet'
+    )
 
 
 def greedy_generate(model, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """Greedy decoding with your KVCache: one prefill, then one decode step per new token, always
     taking the most likely token. Return the prompt followed by the new tokens, (batch, T + n)."""
-    raise NotImplementedError('Exercise 8.3 greedy_generate (Chapter 8, section 8.3 "The decode loop"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 8.3 greedy_generate (Chapter 8, section 8.3 "The decode loop")'
+        ': not implemented yet'
+    )
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -66,4 +75,8 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
     """Bytes of the KV cache: keys AND values, every layer, every KV head, for seq_len tokens of
     batch_size sequences, at bytes_per_value bytes per number (2 for fp16/bf16)."""
-    raise NotImplementedError('Exercise 8.5 kv_cache_bytes (Chapter 8, section 8.5 "What decode costs"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 8.5 kv_cache_bytes (Chapter 8, section 8.5 "What decode costs")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 deef443e2ab6a151ef9115b3e3b8fb0576e93bda949f13a43068bdfdb4fb9892

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch09_gqa.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch09_gqa.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 9 exercises: grouped-query attention.
 
 Read Chapter 9 ("GQA and MQA") first. Check yourself with
@@ -32,7 +32,10 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     Do not call repeat_kv, repeat_interleave or .repeat( on k or v. (Broadcasting k as
     (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
-    raise NotImplementedError('Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies")'
+        ': not implemented yet'
+    )
 
 
 def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
@@ -44,4 +47,8 @@ def mha_to_gqa(weights: dict, n_heads: int, n_kv_heads: int) -> dict:
     (n_kv_heads * head_dim, d) -- KV head j is the mean of old heads j*n_rep .. (j+1)*n_rep - 1 --
     and every other entry is unchanged.
     """
-    raise NotImplementedError('Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 9.3 mha_to_gqa (Chapter 9, section 9.6 "Converting MHA to GQA")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 683771023cc1e10e047feb3d850553c84730b3729db9b95173bae0fba2222e64

@@ -1,6 +1,6 @@
-# Student stub generated from solutions/ch13_parallel.py by `make exercises` (which overwrites it).
-# Replace each `raise NotImplementedError(...)` with your code, then run:
-#     python -m llama_course.grade exercises/
+# Exercise stub, generated from the course's key (solutions/ch13_parallel.py). This file is yours:
+# replace each `raise NotImplementedError(...)` with your code, then grade it with
+#     python -m llama_course.grade exercises/        (or: make grade)
 """Chapter 13 exercises: memory, communication and splitting matrices across GPUs.
 
 Read Chapter 13 ("Beyond one GPU") first. Check yourself with
@@ -21,7 +21,10 @@ def memory_per_gpu(n_params, n_gpus: int, strategy: str = "ddp", mixed_precision
     and v 4 bytes each, and a float32 master copy (4) with mixed precision only. "ddp" splits
     nothing, "zero1" splits the optimizer state (master, m, v) n_gpus ways, "zero2" the gradients
     too, "zero3" the weights too. Raise ValueError naming strategy or n_gpus when they are not valid."""
-    raise NotImplementedError('Exercise 13.1 memory_per_gpu (Chapter 13, section 13.1 "Memory per parameter"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 13.1 memory_per_gpu (Chapter 13, section 13.1 "Memory per parameter")'
+        ': not implemented yet'
+    )
 
 
 def communication_bytes(n_params, n_gpus: int, strategy: str = "ddp", bytes_per_value: int = 2) -> float:
@@ -29,7 +32,10 @@ def communication_bytes(n_params, n_gpus: int, strategy: str = "ddp", bytes_per_
     sends 2 (N-1)/N P values, a reduce-scatter or an all-gather (N-1)/N P. "ddp", "zero1" and
     "zero2" move as much as one all-reduce of the gradients; "zero3" all-gathers the weights for
     the forward pass and again for the backward pass, and reduce-scatters the gradients."""
-    raise NotImplementedError('Exercise 13.2 communication_bytes (Chapter 13, section 13.2 "What travels between the GPUs"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 13.2 communication_bytes (Chapter 13, section 13.2 "What travels between the GPUs")'
+        ': not implemented yet'
+    )
 
 
 def tensor_parallel_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
@@ -39,7 +45,10 @@ def tensor_parallel_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Te
     w_down (row-parallel). Return the list of the n partial outputs, each (..., d_model), whose sum
     (the all-reduce) is the SwiGLU output. Rank r's partial must use only rank r's slices.
     Raise ValueError naming n if n does not divide d_ff."""
-    raise NotImplementedError('Exercise 13.3 tensor_parallel_swiglu (Chapter 13, section 13.4 "Tensor parallel"): not implemented yet')
+    raise NotImplementedError(
+        'Exercise 13.3 tensor_parallel_swiglu (Chapter 13, section 13.4 "Tensor parallel")'
+        ': not implemented yet'
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,7 +63,10 @@ def pipeline_bubble_fraction(n_stages: int, n_microbatches: int) -> float:
     micro-batch at a time, a forward takes one time slot and a backward two. Return the fraction
     of the GPUs' time slots, from the first forward to the last backward, in which a GPU is idle.
     Raise ValueError naming the argument for a count below 1."""
-    raise NotImplementedError('Homework 13.A pipeline_bubble_fraction (Chapter 13, beyond section 13.7 "Pipeline parallel"): not implemented yet')
+    raise NotImplementedError(
+        'Homework 13.A pipeline_bubble_fraction (Chapter 13, beyond section 13.7 "Pipeline parallel")'
+        ': not implemented yet'
+    )
 
 
 def all_to_all_counts(expert_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
@@ -63,4 +75,8 @@ def all_to_all_counts(expert_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
     holding experts j*E/R .. (j+1)*E/R - 1. Return the (R, R) int64 matrix of the all-to-all:
     entry [i, j] is how many (token, expert) pairs rank i sends to rank j. Raise ValueError naming
     n_experts if R does not divide it or an id is outside [0, n_experts)."""
-    raise NotImplementedError('Homework 13.B all_to_all_counts (Chapter 13, beyond section 13.6 "Expert parallel"): not implemented yet')
+    raise NotImplementedError(
+        'Homework 13.B all_to_all_counts (Chapter 13, beyond section 13.6 "Expert parallel")'
+        ': not implemented yet'
+    )
+# generated stub, sha256 831edc1357f2d6bb2e2308b1a5450562ce7c9d9753630a4d5c99ddfd1e6c9c12

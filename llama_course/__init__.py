@@ -21,6 +21,8 @@ One module per idea, in the order the book teaches them:
     linear     Linear: nn.Linear that spreads a decode step over the CPU cores   (Chapter 8)
     gqa        repeat_kv, gqa_attention, mha_to_gqa; Qwen3 checkpoints           (Chapter 9)
     moe        MoE, route_topk, load_balancing_loss, router_z_loss               (Chapter 10)
+    sliding_window, mla, deepseek_moe   windows, latent attention, DeepSeekMoE;
+               variants picks them per layer; Mistral, Qwen3-MoE, DeepSeek-V3 checkpoints (Chapter 12)
     train      the training loop of the lab                                      (Chapter 11)
     device     get_device, available_devices, synchronize, seed_everything       (every chapter)
     checks     the argument checks every public function makes in one line
@@ -31,6 +33,7 @@ One module per idea, in the order the book teaches them:
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from .config import PRESETS, LlamaConfig, count_parameters, ffn_hidden_dim
+from .deepseek_moe import DeepSeekMoE, route_deepseek
 from .device import available_devices, get_device, seed_everything, synchronize
 from .embedding import embed
 from .ffn import SwiGLU, silu, swiglu
@@ -38,14 +41,23 @@ from .generate import generate, stream_generate
 from .gqa import gqa_attention, mha_to_gqa, repeat_kv
 from .kv_cache import KVCache
 from .loss import next_token_loss
+from .mla import LatentKVCache, MultiHeadLatentAttention
 from .model import Attention, Llama, LlamaBlock
 from .moe import MoE, load_balancing_loss, route_topk, router_z_loss
 from .norm import RMSNorm, layer_norm, rms_norm
 from .rope import RotaryEmbedding, apply_rope
+from .sliding_window import SlidingWindowAttention, SlidingWindowKVCache, banded_mask
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeepSeekMoE",
+    "LatentKVCache",
+    "MultiHeadLatentAttention",
+    "SlidingWindowAttention",
+    "SlidingWindowKVCache",
+    "banded_mask",
+    "route_deepseek",
     "Attention",
     "KVCache",
     "Llama",

@@ -27,8 +27,9 @@ import torch
 
 from .config import LlamaConfig, ffn_hidden_dim
 from .model import Llama
+from .variants import hf_config_fields, split_fused_experts
 
-SUPPORTED = ("llama", "qwen3", "mixtral")
+SUPPORTED = ("llama", "qwen3", "mixtral", "mistral", "qwen3_moe", "deepseek_v3")
 
 
 class CheckpointError(ValueError):
@@ -62,10 +63,6 @@ def config_from_hf(hf: dict) -> LlamaConfig:
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
-    if model_type in ("qwen3", "mixtral") and (hf.get("use_sliding_window") or
-                                               (model_type == "mixtral" and hf.get("sliding_window"))):
-        raise ValueError(f"{model_type} with a sliding attention window is not supported "
-                         f"(the course has no sliding window)")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"{flag}=true: LLaMA has no biases and the course model has none")
@@ -76,13 +73,15 @@ def config_from_hf(hf: dict) -> LlamaConfig:
     scaling = hf.get("rope_scaling") or ({k: v for k, v in rope.items() if k != "rope_theta"} if rope else None)
     if scaling and scaling.get("rope_type", scaling.get("type", "default")) == "default":
         scaling = None
-    return LlamaConfig(
+    fields = dict(
         vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         d_ff=hf["intermediate_size"], rope_theta=float(theta), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         max_seq_len=hf.get("max_position_embeddings", 4096), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3",
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
+    fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
+    return LlamaConfig(**fields)
 
 
 def _hf_shards(path: Path) -> list[Path]:
@@ -141,7 +140,8 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
                         if key in found_in:
                             raise CheckpointError(f"{key} is in two shards: {found_in[key]} and {shard}")
                         found_in[key] = shard
-                        yield key, hf_to_course_name(key), f.get_tensor(key)
+                        for name, tensor in split_fused_experts(key, f.get_tensor(key)):  # Ch. 12: 3-D experts
+                            yield name, hf_to_course_name(name), tensor
             except CheckpointError:
                 raise
             except Exception as err:                           # safetensors' own errors and OS errors alike
@@ -153,7 +153,8 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
 def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     """Move each (original name, course name, tensor) into the meta-built model; report every misfit."""
     params = dict(model.named_parameters())
-    expected = {name: tuple(p.shape) for name, p in params.items()}
+    buffers = {n: b for n, b in model.named_buffers() if n in model.state_dict()}  # persistent (DeepSeek's bias)
+    expected = {name: tuple(p.shape) for name, p in {**params, **buffers}.items()}
     loaded, unexpected, misshaped, dtypes, tied_head = set(), [], [], {}, None
     for original, name, tensor in tensors:
         if name is None:
@@ -164,13 +165,17 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
         if name not in expected:
             unexpected.append(original)
             continue
-        dtypes.setdefault(tensor.dtype, original)
+        if name not in buffers:
+            dtypes.setdefault(tensor.dtype, original)          # a buffer keeps its own dtype (float32 bias)
         if tuple(tensor.shape) != expected[name]:
             misshaped.append(f"{original}: file {tuple(tensor.shape)}, model {expected[name]}")
             continue
         module_name, _, attr = name.rpartition(".")
         module = model.get_submodule(module_name)
-        setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
+        if name in buffers:
+            setattr(module, attr, tensor)   # a buffer keeps the file's dtype (float32 for the routing bias)
+        else:
+            setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
         loaded.add(name)
     if model.config.tie_embeddings:
         _tie(model, tied_head, source)

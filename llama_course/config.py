@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .checks import check_bool, check_one_of, check_positive_int, check_positive_number, check_type
+from .checks import check_bool, check_int, check_one_of, check_positive_int, check_positive_number, check_type
 
 _check_int = check_positive_int  # the old name, still imported by train.py
 
@@ -66,6 +66,21 @@ class LlamaConfig:
     rope_layout           "interleaved" (Meta, the course) or "half" (Hugging Face checkpoints)
     rope_scaling          None, or Hugging Face's rope_scaling dict (see rope.rope_inv_freq)
     qk_norm               RMSNorm on each head's queries and keys before RoPE (Qwen3)
+
+    Chapter 12 (defaults keep a LLaMA model unchanged; see sliding_window.py, mla.py, deepseek_moe.py):
+    sliding_window        W: query i sees keys i-W+1 .. i (None: every earlier key; Mistral: 4096)
+    layer_types           per layer "sliding_attention" or "full_attention" (None: all sliding
+                          when sliding_window is set; Gemma 3: five sliding, then one full)
+    q_lora_rank, kv_lora_rank   Multi-head Latent Attention when kv_lora_rank is set (DeepSeek-V2/V3);
+                          q_lora_rank None -> a full-rank q_proj
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim   MLA's per-head widths (head_dim = qk_rope_head_dim)
+    moe_d_ff              width of each routed expert (None -> d_ff; Qwen3-MoE, DeepSeek set it)
+    moe_norm_topk         renormalise the top-k weights to sum to 1 (Mixtral, DeepSeek; Qwen3-MoE's flag)
+    moe_router            "softmax" (Mixtral, Qwen3-MoE) or "sigmoid" (DeepSeek-V3)
+    n_shared_experts      experts every token passes through (DeepSeekMoE), width moe_d_ff each
+    n_group, topk_group   group-limited routing: experts chosen only from the topk_group best groups
+    routed_scaling_factor multiplies the routed experts' weights (DeepSeek-V3: 2.5)
+    first_k_dense_replace the first k blocks use a dense SwiGLU of width d_ff instead of experts
     """
 
     vocab_size: int
@@ -86,6 +101,21 @@ class LlamaConfig:
     rope_layout: str = "interleaved"
     rope_scaling: dict | None = None
     qk_norm: bool = False
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    moe_d_ff: int | None = None
+    moe_norm_topk: bool = True
+    moe_router: str = "softmax"
+    n_shared_experts: int = 0
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    first_k_dense_replace: int = 0
 
     def __post_init__(self) -> None:
         for name in POSITIVE_INTS:
@@ -98,6 +128,7 @@ class LlamaConfig:
             self.n_kv_heads = self.n_heads
         if self.d_ff is None:
             self.d_ff = ffn_hidden_dim(self.d_model, self.multiple_of, self.ffn_dim_multiplier)
+        _check_chapter12(self)   # before head_dim: MLA's head_dim is its RoPE width
         if self.head_dim is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
@@ -122,6 +153,58 @@ class LlamaConfig:
         kept as they are; pass them again (``d_ff=None``) to derive them from the new shapes.
         """
         return dataclasses.replace(self, **changes)
+
+
+# ------------------------------------------------------------------------------ Chapter 12
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _check_chapter12(c: LlamaConfig) -> None:
+    """The fields Chapter 12 adds (sliding windows, MLA, DeepSeekMoE)."""
+    for name in ("sliding_window", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                 "v_head_dim", "moe_d_ff"):
+        if getattr(c, name) is not None:
+            setattr(c, name, check_positive_int(name, getattr(c, name)))
+    for name in ("n_group", "topk_group"):
+        setattr(c, name, check_positive_int(name, getattr(c, name)))
+    for name in ("n_shared_experts", "first_k_dense_replace"):
+        setattr(c, name, check_int(name, getattr(c, name), low=0))
+    check_bool("moe_norm_topk", c.moe_norm_topk)
+    check_one_of("moe_router", c.moe_router, ("softmax", "sigmoid"))
+    c.routed_scaling_factor = check_positive_number("routed_scaling_factor", c.routed_scaling_factor)
+    if c.n_experts % c.n_group or not c.topk_group <= c.n_group:
+        raise ValueError(f"n_group ({c.n_group}) must divide n_experts ({c.n_experts}) and topk_group "
+                         f"({c.topk_group}) must be <= n_group")
+    if c.n_group > 1 and c.n_experts_per_token > c.topk_group * (c.n_experts // c.n_group):
+        raise ValueError(f"n_experts_per_token ({c.n_experts_per_token}) exceeds the experts of the "
+                         f"topk_group ({c.topk_group}) groups it may choose from")
+    if c.layer_types is not None:
+        c.layer_types = tuple(c.layer_types)
+        if len(c.layer_types) != c.n_layers or not set(c.layer_types) <= set(LAYER_TYPES):
+            raise ValueError(f"layer_types must list one of {LAYER_TYPES} per layer ({c.n_layers}), "
+                             f"got {c.layer_types!r}")
+        if c.sliding_window is None and "sliding_attention" in c.layer_types:
+            raise ValueError("layer_types has sliding layers but sliding_window is None")
+    if c.kv_lora_rank is not None:
+        missing = [n for n in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if getattr(c, n) is None]
+        if missing:
+            raise ValueError(f"Multi-head Latent Attention (kv_lora_rank set) needs {', '.join(missing)}")
+        if c.sliding_window is not None:
+            raise ValueError("sliding_window with Multi-head Latent Attention is not supported")
+        if c.head_dim is None:
+            c.head_dim = c.qk_rope_head_dim       # RoPE turns only the decoupled part (as transformers)
+        if c.head_dim != c.qk_rope_head_dim:
+            raise ValueError(f"with MLA head_dim ({c.head_dim}) must equal qk_rope_head_dim "
+                             f"({c.qk_rope_head_dim}): it sizes the RoPE tables")
+
+
+def is_sliding_layer(config: LlamaConfig, layer_idx: int) -> bool:
+    """Whether block ``layer_idx`` attends within the sliding window."""
+    if config.sliding_window is None:
+        return False
+    return config.layer_types is None or config.layer_types[layer_idx] == "sliding_attention"
+
 
 
 # Published shapes. LLaMA-1: Touvron et al. 2023a, Table 2; Llama 2: Touvron et al. 2023b and
@@ -164,6 +247,9 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
     ``attention``, ``ffn``, ``router`` and ``norms`` are per block.
     """
     check_type("config", config, LlamaConfig)
+    if config.kv_lora_rank is not None or config.moe_d_ff is not None or config.n_shared_experts:
+        from .deepseek_moe import count_parameters_deepseek  # Chapter 12: layers differ
+        return count_parameters_deepseek(config)
     d, hd = config.d_model, config.head_dim
     expert = 3 * d * config.d_ff
     counts = {
@@ -181,3 +267,19 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
     inactive = config.n_layers * (config.n_experts - config.n_experts_per_token) * expert
     counts["active"] = counts["total"] - inactive
     return counts
+
+
+# Chapter 12. Mistral 7B v0.1: Jiang et al. 2023 and its config.json (window 4096 on every layer).
+# DeepSeek-V3: DeepSeek-AI 2024 and its config.json; its YaRN extension to 128K is not modelled
+# (rope_scaling None, the 4096-token pre-training context). The multi-token-prediction module is
+# not part of the model (as in transformers).
+PRESETS.update({
+    "mistral-7b": LlamaConfig(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
+                              rope_theta=10000.0, norm_eps=1e-5, max_seq_len=32768, sliding_window=4096),
+    "deepseek-v3": LlamaConfig(vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, d_ff=18432,
+                               norm_eps=1e-6, max_seq_len=4096, q_lora_rank=1536, kv_lora_rank=512,
+                               qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                               n_experts=256, n_experts_per_token=8, moe_d_ff=2048, moe_router="sigmoid",
+                               n_shared_experts=1, n_group=8, topk_group=4, routed_scaling_factor=2.5,
+                               first_k_dense_replace=3),
+})

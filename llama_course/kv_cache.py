@@ -18,6 +18,12 @@ from .config import LlamaConfig
 class KVCache:
     """Per-layer key/value buffers and the number of positions filled so far (``length``)."""
 
+    def __new__(cls, config=None, *args, **kwargs):
+        if cls is KVCache and isinstance(config, LlamaConfig):   # Chapter 12: sliding windows and MLA
+            from .variants import cache_class  # cache other things (variants.py)
+            cls = cache_class(config)
+        return super().__new__(cls)
+
     def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
                  device=None, dtype=None):
         check_type("config", config, LlamaConfig)

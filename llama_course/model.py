@@ -24,13 +24,13 @@ from torch import nn
 from .attention import BACKENDS, MultiHeadAttention, causal_mask, merge_heads, padding_mask
 from .checks import check_one_of, check_tensor, check_token_ids, check_type
 from .config import LlamaConfig
-from .ffn import SwiGLU
 from .gqa import gqa_attention
 from .kv_cache import KVCache
 from .linear import Linear
 from .moe import MoE
 from .norm import RMSNorm
 from .rope import RotaryEmbedding, check_positions
+from .variants import make_attention, make_ffn
 
 INIT_STD = 0.02
 
@@ -109,16 +109,15 @@ class Attention(MultiHeadAttention):
 class LlamaBlock(nn.Module):
     """One Transformer block: two Pre-Norm residual steps."""
 
-    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None):
+    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None,
+                 layer_idx: int = 0):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        self.self_attn = Attention(config, position_hook=rotary, device=device, dtype=dtype)
+        # Attention (GQA, Ch. 9), or Ch. 12's sliding-window / latent attention; SwiGLU, MoE (Ch. 10)
+        # or DeepSeekMoE: variants.py picks per layer
+        self.self_attn = make_attention(config, layer_idx, rotary, device=device, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        if config.n_experts > 1:   # Mixtral: a router and n_experts SwiGLU FFNs (Chapter 10)
-            self.mlp = MoE(config.d_model, config.d_ff, config.n_experts, config.n_experts_per_token,
-                           device=device, dtype=dtype)
-        else:
-            self.mlp = SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
+        self.mlp = make_ffn(config, layer_idx, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
                 cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
@@ -134,7 +133,7 @@ class Llama(nn.Module):
         self.config = check_type("config", config, LlamaConfig)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, device=device, dtype=dtype)
         self.rotary = self._make_rotary(device)
-        self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(LlamaBlock(config, self.rotary, device, dtype, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False, device=device, dtype=dtype)
         if config.tie_embeddings:
@@ -220,7 +219,8 @@ class Llama(nn.Module):
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
-        """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral). See checkpoint.py."""
+        """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral; Chapter 12: Mistral,
+        Qwen3-MoE, DeepSeek-V3). See checkpoint.py."""
         from .checkpoint import load_hf
         return load_hf(path, dtype=dtype, device=device)
 

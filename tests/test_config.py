@@ -71,6 +71,8 @@ PUBLISHED = {
     "llama2-70b":   (8192, 80, 64, 8, 28672, 32000, 4096),
     "llama3-8b":    (4096, 32, 32, 8, 14336, 128256, 8192),
     "mixtral-8x7b": (4096, 32, 32, 8, 14336, 32000, 32768),
+    "mistral-7b":   (4096, 32, 32, 8, 14336, 32000, 32768),
+    "deepseek-v3":  (7168, 61, 128, 128, 18432, 129280, 4096),   # d_ff: the dense first layers' width
 }
 
 
@@ -86,7 +88,8 @@ def test_preset_details():
     assert PRESETS["mixtral-8x7b"].rope_theta == 1e6
     assert (PRESETS["mixtral-8x7b"].n_experts, PRESETS["mixtral-8x7b"].n_experts_per_token) == (8, 2)
     assert PRESETS["llama-7b"].norm_eps == 1e-6 and PRESETS["llama2-7b"].norm_eps == 1e-5
-    assert all(c.head_dim == 128 for c in PRESETS.values())
+    assert all(c.head_dim == 128 for n, c in PRESETS.items() if n != "deepseek-v3")
+    assert PRESETS["deepseek-v3"].head_dim == 64   # MLA: qk_rope_head_dim, the shared RoPE key's width
 
 
 def test_import_does_not_pull_in_plotting_or_jupyter():

@@ -1,0 +1,184 @@
+"""Multi-head Latent Attention, MLA (Chapter 12; DeepSeek-V2 and V3).
+
+A LLaMA block caches every head's key and value. MLA caches one small latent per token instead,
+and rebuilds the heads' keys and values from it:
+
+    c_q           = RMSNorm(x W_DQ^T)                        (T, r_q)    q_a_proj, q_a_layernorm
+    [q_nope|q_pe] = c_q W_UQ^T, per head                     (H, T, d_n + d_r)   q_b_proj
+    [c_kv | k_pe] = x W_DKV^T                                (T, r + d_r)  kv_a_proj_with_mqa
+    c_kv          = RMSNorm(c_kv)                            (T, r)      kv_a_layernorm   <- cached
+    k_pe          = RoPE(k_pe)                               (T, d_r)    one key for all heads <- cached
+    [k_nope | v]  = c_kv W_UKV^T, per head                   (H, T, d_n), (H, T, d_v)   kv_b_proj
+    score         = (q_nope . k_nope + RoPE(q_pe) . k_pe) / sqrt(d_n + d_r)
+    out           = o_proj( softmax(score) v , heads merged )
+
+Absorption. With W_UK_h (d_n, r) and W_UV_h (d_v, r) the rows of kv_b_proj for head h,
+
+    q_nope . k_nope = q_nope . (W_UK_h c) = (W_UK_h^T q_nope) . c        fold W_UK into the query
+    sum_j a_j v_j   = sum_j a_j W_UV_h c_j = W_UV_h (sum_j a_j c_j)       fold W_UV into the output
+
+so a decode step scores the new query against the cached latents themselves: no per-head key or
+value is ever made. RoPE cannot be folded the same way: R_m sits between q and W_UK, so the
+product W_UK^T R_m would differ for every position m. That is why the rotated part is a separate,
+decoupled d_r-wide key, shared by all heads and cached as it is.
+
+Cache per token and layer: r + d_r numbers. DeepSeek-V3: (512 + 64) * 61 layers * 2 bytes = 70,272 B.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import causal_mask, merge_heads, softmax
+from .checks import check_int, check_positive_int, check_tensor, check_type
+from .config import LlamaConfig
+from .kv_cache import KVCache
+from .linear import Linear
+from .norm import RMSNorm
+
+LATENT_NORM_EPS = 1e-6   # transformers' DeepseekV3RMSNorm default, used on both latents
+FORMS = ("auto", "naive", "absorbed")
+
+
+def latent_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                     scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale, masked) v for q (B, H, T, d), k (B, 1 or H, S, d), v (B, 1 or H, S, d_v).
+
+    A one-head k and v broadcast over the H query heads (MQA-style, as MLA's latents are)."""
+    scores = (q @ k.transpose(-2, -1)) * scale                         # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))              # (B, H, T, S)
+    weights = softmax(scores, dim=-1)                                  # (B, H, T, S) rows sum to 1
+    return weights @ v                                                 # (B, H, T, d_v)
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """MLA with transformers' DeepseekV3Attention names (q_a_proj ... o_proj), no biases.
+
+    ``form``: "naive" expands keys and values per head; "absorbed" attends in the latent space;
+    "auto" (default) uses naive for a prefill and absorbed for a one-token decode step.
+    """
+
+    def __init__(self, config: LlamaConfig, position_hook=None, device=None, dtype=None):
+        super().__init__()
+        c = config
+        self.n_heads, self.kv_lora_rank = c.n_heads, c.kv_lora_rank
+        self.nope_dim, self.rope_dim, self.v_dim = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+        self.scale = (self.nope_dim + self.rope_dim) ** -0.5
+        self.position_hook, self.form, self.backend = position_hook, "auto", "explicit"
+        kw = dict(bias=False, device=device, dtype=dtype)
+        q_out = c.n_heads * (self.nope_dim + self.rope_dim)
+        if c.q_lora_rank is None:
+            self.q_proj = Linear(c.d_model, q_out, **kw)
+        else:
+            self.q_a_proj = Linear(c.d_model, c.q_lora_rank, **kw)
+            self.q_a_layernorm = RMSNorm(c.q_lora_rank, LATENT_NORM_EPS, device=device, dtype=dtype)
+            self.q_b_proj = Linear(c.q_lora_rank, q_out, **kw)
+        self.kv_a_proj_with_mqa = Linear(c.d_model, c.kv_lora_rank + self.rope_dim, **kw)
+        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, LATENT_NORM_EPS, device=device, dtype=dtype)
+        self.kv_b_proj = Linear(c.kv_lora_rank, c.n_heads * (self.nope_dim + self.v_dim), **kw)
+        self.o_proj = Linear(c.n_heads * self.v_dim, c.d_model, **kw)
+
+    def queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> q_nope (B, H, T, d_n), q_pe (B, H, T, d_r), before RoPE."""
+        batch, seq, _ = x.shape
+        q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(batch, seq, self.n_heads, -1).transpose(1, 2)           # (B, H, T, d_n + d_r)
+        return q.split([self.nope_dim, self.rope_dim], dim=-1)
+
+    def latents(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, d) -> c_kv (B, 1, T, r) normalised, k_pe (B, 1, T, d_r) before RoPE: what is cached."""
+        latent = self.kv_a_proj_with_mqa(x)                                # (B, T, r + d_r)
+        c_kv, k_pe = latent.split([self.kv_lora_rank, self.rope_dim], dim=-1)  # (B, T, r), (B, T, d_r)
+        return self.kv_a_layernorm(c_kv)[:, None], k_pe[:, None]           # (B, 1, T, r), (B, 1, T, d_r)
+
+    def up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_UK (H, d_n, r) and W_UV (H, d_v, r): kv_b_proj's rows, head by head."""
+        w = self.kv_b_proj.weight.view(self.n_heads, self.nope_dim + self.v_dim, self.kv_lora_rank)
+        return w.split([self.nope_dim, self.v_dim], dim=1)                 # (H, d_n, r), (H, d_v, r)
+
+    def naive(self, q_nope, q_pe, c_kv, k_pe, mask=None) -> torch.Tensor:
+        """Expand every head's key and value from the latents, then attend. Returns (B, H, T, d_v)."""
+        batch, _, seq, _ = c_kv.shape
+        kv = self.kv_b_proj(c_kv[:, 0]).view(batch, seq, self.n_heads, -1).transpose(1, 2)  # (B, H, S, d_n + d_v)
+        k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)           # (B, H, S, d_n), (B, H, S, d_v)
+        k = torch.cat([k_nope, k_pe.expand(-1, self.n_heads, -1, -1)], dim=-1)  # (B, H, S, d_n + d_r)
+        q = torch.cat([q_nope, q_pe], dim=-1)                              # (B, H, T, d_n + d_r)
+        return latent_attention(q, k, v, mask, self.scale)                 # (B, H, T, d_v)
+
+    def absorbed(self, q_nope, q_pe, c_kv, k_pe, mask=None) -> torch.Tensor:
+        """Attend in the latent space: W_UK folded into the query, W_UV applied after. (B, H, T, d_v)."""
+        w_uk, w_uv = self.up_weights()                                     # (H, d_n, r), (H, d_v, r)
+        q_latent = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)            # (B, H, T, r)
+        q = torch.cat([q_latent, q_pe], dim=-1)                            # (B, H, T, r + d_r)
+        k = torch.cat([c_kv, k_pe], dim=-1)                                # (B, 1, S, r + d_r) shared by heads
+        out_latent = latent_attention(q, k, c_kv, mask, self.scale)        # (B, H, T, r)
+        return torch.einsum("bhtr,hvr->bhtv", out_latent, w_uv)            # (B, H, T, d_v)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                cache=None, layer_idx: int = 0) -> torch.Tensor:
+        """x (B, T, d) -> (B, T, d); ``mask``, ``positions``, ``cache`` as in Attention.forward."""
+        seq = x.shape[1]
+        q_nope, q_pe = self.queries(x)                                     # (B, H, T, d_n), (B, H, T, d_r)
+        c_kv, k_pe = self.latents(x)                                       # (B, 1, T, r), (B, 1, T, d_r)
+        if self.position_hook is not None:
+            if positions is None:
+                start = cache.length if cache is not None else 0
+                positions = torch.arange(start, start + seq, device=x.device)  # (T,)
+            q_pe, k_pe = self.position_hook(q_pe, k_pe, positions)         # only the decoupled part turns
+        if cache is not None:
+            c_kv, k_pe = cache.update(layer_idx, c_kv, k_pe)               # (B, 1, S, r), (B, 1, S, d_r)
+        if mask is None and seq > 1:
+            mask = causal_mask(seq, c_kv.shape[-2], device=x.device)       # (T, S)
+        form = self.form if self.form != "auto" else ("absorbed" if seq == 1 else "naive")
+        out = (self.absorbed if form == "absorbed" else self.naive)(q_nope, q_pe, c_kv, k_pe, mask)
+        return self.o_proj(merge_heads(out))                               # (B, T, d)
+
+
+class LatentKVCache(KVCache):
+    """MLA's cache: per layer the normalised latents c_kv (B, 1, S, r) in ``keys`` and the rotated
+    shared keys k_pe (B, 1, S, d_r) in ``values``; nothing per head."""
+
+    def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
+                 device=None, dtype=None):
+        check_type("config", config, LlamaConfig)
+        max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
+        check_positive_int("batch_size", batch_size)
+        shape = (batch_size, 1, max_seq_len)
+        self.keys = [torch.zeros(*shape, config.kv_lora_rank, device=device, dtype=dtype)
+                     for _ in range(config.n_layers)]
+        self.values = [torch.zeros(*shape, config.qk_rope_head_dim, device=device, dtype=dtype)
+                       for _ in range(config.n_layers)]
+        self.batch_size, self.max_seq_len, self.n_layers = batch_size, max_seq_len, config.n_layers
+        self.length = self._pending = 0
+
+    def update(self, layer: int, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write c_kv (B, 1, new, r) and k_pe (B, 1, new, d_r); return everything cached so far."""
+        check_int("layer", layer, 0, self.n_layers - 1)
+        new = c_kv.shape[-2]
+        end = self.length + new
+        if end > self.max_seq_len:
+            raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
+                             f"{self.length} are filled and {new} more do not fit")
+        for name, t, buf in (("c_kv", c_kv, self.keys[layer]), ("k_pe", k_pe, self.values[layer])):
+            check_tensor(name, t, 4, like=buf, like_name="the cache")
+            if t.shape != (buf.shape[0], 1, new, buf.shape[-1]):
+                raise ValueError(f"{name} must be {(buf.shape[0], 1, new, buf.shape[-1])}, got {tuple(t.shape)}")
+            buf[:, :, self.length:end] = t                                 # in place
+        self._pending = new
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+def mla_parameters(config: LlamaConfig) -> int:
+    """Weights of one MLA layer (no biases):
+
+        q     = d r_q + r_q H (d_n + d_r)    (or d H (d_n + d_r) without q_lora_rank)
+        kv    = d (r + d_r) + r H (d_n + d_v)
+        out   = H d_v d
+    plus RMSNorm weights r_q + r (counted with the norms)."""
+    c, d, h = config, config.d_model, config.n_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    q = d * h * qk if c.q_lora_rank is None else d * c.q_lora_rank + c.q_lora_rank * h * qk
+    kv = d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim)
+    return q + kv + h * c.v_head_dim * d

@@ -1,0 +1,80 @@
+"""Hidden tests for Chapter 12 (instructor edition and Gradescope only).
+
+Oracles: the homework definitions written out entry by entry with Python loops; transformers'
+sliding-window mask function (Homework 12.A with no sinks); invariants (no key after its query,
+every query sees the sinks, a balanced routing with uniform scores costs exactly alpha, the loss is
+differentiable in the scores).
+"""
+
+import pytest
+import torch
+
+PACKAGE_MODULES = ["llama_course.sliding_window", "llama_course.deepseek_moe"]
+
+SINK = "Homework 12.A attention_sink_mask"
+BALANCE = "Homework 12.B sequence_balance_loss"
+
+
+def sink_by_loops(q_len, window, n_sink, kv_len):
+    return torch.tensor([[j <= kv_len - q_len + i and (kv_len - q_len + i - window < j or j < n_sink)
+                          for j in range(kv_len)] for i in range(q_len)])
+
+
+@pytest.mark.graded(SINK, points=3, kind="homework")
+@pytest.mark.parametrize("q_len,window,n_sink,kv_len", [(9, 3, 2, None), (1, 4, 4, 12), (4, 2, 1, 10),
+                                                        (6, 6, 0, None), (5, 1, 3, None), (3, 20, 2, 7)])
+def test_attention_sink_mask_from_the_definition(impl, device, q_len, window, n_sink, kv_len):
+    got = impl.attention_sink_mask(q_len, window, n_sink, kv_len, device=device)
+    assert got.dtype == torch.bool and got.device.type == device.type
+    assert torch.equal(got.cpu(), sink_by_loops(q_len, window, n_sink, kv_len or q_len))
+
+
+@pytest.mark.graded(SINK, points=1, kind="homework")
+def test_attention_sink_mask_properties(impl):
+    transformers = pytest.importorskip("transformers")
+    from transformers.masking_utils import sliding_window_causal_mask_function
+    rule = sliding_window_causal_mask_function(3)
+    window_only = rule(0, 0, torch.arange(8)[:, None], torch.arange(8)[None, :])
+    assert torch.equal(impl.attention_sink_mask(8, 3, 0), window_only), "n_sink=0 is a plain sliding window"
+    mask = impl.attention_sink_mask(8, 3, 2)
+    assert not mask.triu(diagonal=1).any(), "no query may see a later key"
+    assert mask[:, 0].all() and mask[1:, 1].all(), "every query sees the sinks that precede it"
+    assert torch.equal(impl.attention_sink_mask(6, 2, 6), torch.ones(6, 6, dtype=torch.bool).tril())
+    assert transformers is not None
+    with pytest.raises(ValueError, match="window"):
+        impl.attention_sink_mask(4, 0, 1)
+    with pytest.raises(ValueError, match="n_sink"):
+        impl.attention_sink_mask(4, 2, -1)
+
+
+def balance_by_loops(scores, experts, n_experts, alpha):
+    T, K = experts.shape
+    s = scores.double().tolist()
+    total = 0.0
+    for i in range(n_experts):
+        f = n_experts / (K * T) * sum(1 for t in range(T) if i in experts[t].tolist())
+        p = sum(s[t][i] / sum(s[t]) for t in range(T)) / T
+        total += f * p
+    return alpha * total
+
+
+@pytest.mark.graded(BALANCE, points=3, kind="homework")
+@pytest.mark.parametrize("T,E,K,seed", [(16, 8, 2, 0), (5, 6, 3, 1), (32, 16, 4, 2)])
+def test_sequence_balance_loss_from_the_definition(impl, T, E, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.sigmoid(torch.randn(T, E, generator=g) * 2)
+    experts = torch.rand(T, E, generator=g).argsort(dim=-1)[:, :K]             # K distinct experts per token
+    got = impl.sequence_balance_loss(scores, experts, E, 0.3)
+    assert got.dim() == 0 and got.dtype == torch.float32
+    assert abs(got.item() - balance_by_loops(scores, experts, E, 0.3)) < 1e-5
+
+
+@pytest.mark.graded(BALANCE, points=1, kind="homework")
+def test_sequence_balance_loss_balanced_costs_alpha_and_has_gradients(impl):
+    T, E = 8, 4
+    experts = torch.tensor([[t % E, (t + 1) % E] for t in range(T)])            # each expert 4 times
+    loss = impl.sequence_balance_loss(torch.full((T, E), 0.7), experts, E, 0.01)
+    assert abs(loss.item() - 0.01) < 1e-7
+    scores = torch.sigmoid(torch.randn(T, E, generator=torch.Generator().manual_seed(3))).requires_grad_()
+    impl.sequence_balance_loss(scores, experts, E, 1.0).backward()
+    assert scores.grad is not None and torch.isfinite(scores.grad).all() and scores.grad.abs().sum() > 0

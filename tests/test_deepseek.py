@@ -1,0 +1,194 @@
+"""DeepSeekMoE and DeepSeek-V3 (Chapter 12): routing by hand-worked examples, whole models equal to
+transformers (DeepSeek-V3 and Qwen3-MoE), exact parameter counts."""
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from llama_course import PRESETS, KVCache, LlamaConfig, count_parameters, generate
+from llama_course.deepseek_moe import DeepSeekMoE, group_limited_topk, route_deepseek, update_balancing_bias
+from llama_course.grade.testing import realistic_weights_
+from llama_course.mla import MultiHeadLatentAttention
+from llama_course.model import Llama
+from llama_course.moe import MoE
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_group_limited_topk_by_hand():
+    # 8 experts in 4 groups of 2. Group scores (sum of the two): 0.9+0.1=1.0, 0.5+0.45=0.95,
+    # 0.3+0.2=0.5, 0.85+0.0=0.85. Best 2 groups: 0 and 1 -> the top-2 expert among {0,1,2,3} are
+    # 0 (0.9) and 2 (0.5); expert 6 (0.85) is better but its group lost.
+    scores = torch.tensor([[0.9, 0.1, 0.5, 0.45, 0.3, 0.2, 0.85, 0.0]])
+    assert sorted(group_limited_topk(scores, 2, n_group=4, topk_group=2)[0].tolist()) == [0, 2]
+    assert sorted(group_limited_topk(scores, 2)[0].tolist()) == [0, 6]          # one group: plain top-k
+    with pytest.raises(ValueError, match="n_group"):
+        group_limited_topk(scores, 5, n_group=4, topk_group=2)                 # only 4 experts allowed
+
+
+def test_bias_selects_but_does_not_weight():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    bias = torch.tensor([0.0, 0.0, 0.0, 1.0])                                  # favour expert 3
+    weights, experts = route_deepseek(logits, 2, bias=bias, normalize=True, scaling=2.5)
+    s = torch.sigmoid(logits[0])
+    assert experts[0].tolist() == [3, 0]                                        # 0.27 + 1 beats 0.88
+    expected = torch.stack([s[3], s[0]]) / (s[3] + s[0]) * 2.5                 # from s, not s + b
+    torch.testing.assert_close(weights[0], expected)
+    plain_w, plain_e = route_deepseek(logits, 2, normalize=False)
+    assert plain_e[0].tolist() == [0, 1]
+    torch.testing.assert_close(plain_w[0], s[:2])
+
+
+def test_balancing_bias_moves_load_toward_even():
+    torch.manual_seed(0)
+    n_experts, top_k = 8, 2
+    skew = torch.linspace(1.5, -1.5, n_experts)                                 # expert 0 favoured
+    bias = torch.zeros(n_experts)
+    for _ in range(300):
+        logits = torch.randn(256, n_experts) + skew
+        _, experts = route_deepseek(logits, top_k, bias=bias)
+        bias = update_balancing_bias(bias, experts, rate=0.01)
+    logits = torch.randn(4096, n_experts) + skew
+    before = torch.bincount(route_deepseek(logits, top_k)[1].reshape(-1), minlength=n_experts)
+    after = torch.bincount(route_deepseek(logits, top_k, bias=bias)[1].reshape(-1), minlength=n_experts)
+    assert before.max() / before.float().mean() > 2.5                          # skewed without the bias
+    assert after.max() / after.float().mean() < 1.3                           # near even with it
+    assert bias[0] < 0 < bias[-1]                                               # favoured expert pushed down
+
+
+def _hf_v3_config(**extra):
+    sizes = dict(vocab_size=101, hidden_size=64, intermediate_size=96, moe_intermediate_size=24,
+                 num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32,
+                 kv_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8,
+                 n_shared_experts=1, n_group=4, topk_group=2, num_experts_per_tok=3, first_k_dense_replace=1,
+                 routed_scaling_factor=2.5, max_position_embeddings=64, attn_implementation="eager",
+                 pad_token_id=0)
+    return transformers.DeepseekV3Config(**{**sizes, **extra})
+
+
+@pytest.fixture
+def deepseek_v3(tmp_path):
+    """transformers' DeepseekV3ForCausalLM, tiny (MLA, groups, shared experts, one dense layer), realistic
+    weights and a random balancing bias, saved; and the course's Llama loaded from it."""
+    torch.manual_seed(0)
+    hf = transformers.DeepseekV3ForCausalLM(_hf_v3_config()).eval()
+    realistic_weights_(hf, std=0.2)
+    with torch.no_grad():
+        for name, b in hf.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.3 * torch.randn_like(b))
+    hf.generation_config.eos_token_id = None
+    hf.save_pretrained(tmp_path)
+    return hf, Llama.from_hf(tmp_path)
+
+
+def test_deepseek_v3_structure(deepseek_v3):
+    hf, ours = deepseek_v3
+    assert isinstance(ours.layers[0].self_attn, MultiHeadLatentAttention)
+    assert not isinstance(ours.layers[0].mlp, DeepSeekMoE) and isinstance(ours.layers[2].mlp, DeepSeekMoE)
+    bias = ours.layers[1].mlp.gate.e_score_correction_bias
+    assert torch.equal(bias, hf.model.layers[1].mlp.gate.e_score_correction_bias) and bias.abs().sum() > 0
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters()) \
+        == count_parameters(ours.config)["total"]
+
+
+def test_deepseek_v3_prefill_and_cached_decode_match_transformers(deepseek_v3):
+    hf, ours = deepseek_v3
+    ids = torch.randint(1, 101, (2, 11), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 11, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask).logits
+        got = ours(ids, attention_mask=mask)
+        cache = KVCache(ours.config, 2, 11)
+        steps = [ours(ids[:, :5], cache=cache, attention_mask=mask[:, :5])]
+        for t in range(5, 11):
+            steps.append(ours(ids[:, t:t + 1], cache=cache, attention_mask=mask[:, :t + 1]))
+    real = mask.bool()
+    assert (got - expected)[real].abs().max() <= 1e-5
+    assert (torch.cat(steps, 1) - expected)[real].abs().max() <= 1e-5
+
+
+def test_deepseek_v3_greedy_generation_token_for_token(deepseek_v3):
+    hf, ours = deepseek_v3
+    prompt = torch.randint(1, 101, (1, 4), generator=torch.Generator().manual_seed(2))
+    expected = hf.generate(prompt, max_new_tokens=10, do_sample=False)
+    assert torch.equal(generate(ours, prompt, 10), expected)
+
+
+def test_fused_3d_expert_tensors_load(deepseek_v3, tmp_path):
+    # transformers keeps experts as (E, 2F, d) gate_up_proj and (E, d, F) down_proj in memory:
+    # a file written straight from its state_dict loads too
+    hf, _ = deepseek_v3
+    fused = tmp_path / "fused"
+    fused.mkdir()
+    (fused / "config.json").write_text((tmp_path / "config.json").read_text())
+    state = {k: v.contiguous() for k, v in hf.state_dict().items()}
+    assert state["model.layers.1.mlp.experts.gate_up_proj"].dim() == 3
+    save_file(state, str(fused / "model.safetensors"))
+    ours = Llama.from_hf(fused)
+    ids = torch.randint(1, 101, (1, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_deepseek_v3_preset_counts_equal_transformers_on_meta():
+    config = PRESETS["deepseek-v3"]
+    counts = count_parameters(config)
+    assert counts["total"] == 671_026_404_352 and counts["active"] == 37_552_282_624
+    with torch.device("meta"):
+        reference = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config())
+    assert sum(p.numel() for p in reference.parameters()) == counts["total"]
+
+
+def test_mistral_preset_counts_equal_transformers_on_meta():
+    config = PRESETS["mistral-7b"]
+    with torch.device("meta"):
+        reference = transformers.MistralForCausalLM(transformers.MistralConfig(
+            vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+            num_attention_heads=32, num_key_value_heads=8, sliding_window=4096))
+    assert count_parameters(config)["total"] == sum(p.numel() for p in reference.parameters()) == 7_241_732_096
+
+
+def test_qwen3_moe_with_norm_topk_prob_matches_transformers(tmp_path):
+    config = transformers.Qwen3MoeConfig(vocab_size=101, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                         num_experts=6, num_experts_per_tok=2, norm_topk_prob=True,
+                                         max_position_embeddings=64, attn_implementation="eager")
+    torch.manual_seed(4)
+    hf = transformers.Qwen3MoeForCausalLM(config).eval()
+    realistic_weights_(hf, std=0.2)
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path)
+    assert isinstance(ours.layers[0].mlp, MoE) and ours.layers[0].mlp.normalize_topk
+    assert ours.config.moe_d_ff == 32 and ours.config.qk_norm
+    ids = torch.randint(0, 101, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = hf(ids).logits
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=1e-5)
+        cache = KVCache(ours.config, 2, 9)
+        steps = [ours(ids[:, :4], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=0, atol=1e-5)
+    # the flag matters: without renormalising the weights the logits differ
+    unnormalised = Llama(ours.config.replace(moe_norm_topk=False))
+    unnormalised.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        assert (unnormalised(ids) - expected).abs().max() > 1e-2
+    assert count_parameters(ours.config)["total"] == sum(p.numel() for p in hf.parameters())
+
+
+def test_config_checks_moe_fields():
+    base = dict(vocab_size=10, d_model=16, n_layers=2, n_heads=2, n_experts=8, n_experts_per_token=2)
+    with pytest.raises(ValueError, match="n_group"):
+        LlamaConfig(**base, n_group=3)
+    with pytest.raises(ValueError, match="moe_router"):
+        LlamaConfig(**base, moe_router="relu")
+    with pytest.raises(ValueError, match="first_k_dense_replace"):
+        LlamaConfig(**base, first_k_dense_replace=-1)
+
+
+def test_routing_keeps_float64_and_runs_on_the_inputs_device(device):
+    logits = torch.randn(5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    weights, experts = route_deepseek(logits, 2, bias=torch.zeros(8, device=device), n_group=4, topk_group=2)
+    assert weights.dtype == torch.float64 and weights.device.type == device.type == experts.device.type
+    torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64, device=device))

@@ -1,0 +1,246 @@
+"""The student release is a student's repository: its own README and Makefile, no key, no hidden
+tests, no homework answer anywhere, and nothing in it that can overwrite a student's work."""
+# instructor only: not in the student release
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from llama_course.grade.stubs import BEGIN, END, make_stub
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import student_release  # noqa: E402
+
+INSTRUCTOR_TARGETS = {"exercises", "autograder", "student-release", "colab-cells", "lock"}
+# Targets run for real in the unpacked release (with the shared .venv linked in), and targets only
+# listed with `make -n` because they take minutes (the whole suite, the book), start a server
+# (lab) or download (install-cuda): their commands must not write exercises/.
+RUN = {"help", "install", "lint", "grade", "clean"}
+DRY = {"book", "lab", "test", "test-unit", "test-package", "test-notebooks", "test-book", "test-site",
+       "test-site-if-browser", "install-cuda"}
+
+
+def unpack_release(tmp_path: Path, repo: Path = REPO) -> Path:
+    archive = student_release.write_tarball(tmp_path / "release.tar.gz", repo)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    return tmp_path / "unpacked" / student_release.PREFIX
+
+
+def makefile_targets(text: str) -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*)::?(?!=)", text, re.M))
+
+
+def test_release_is_a_students_repository(tmp_path):
+    release = unpack_release(tmp_path)
+    files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file()}
+    assert not any(f.startswith(("solutions/", "tests/hidden/", "tests/grader_cases/")) for f in files)
+    for entry in student_release.INSTRUCTOR_ONLY:
+        assert entry.rstrip("/") not in files and not any(f.startswith(entry) for f in files), entry
+    assert not [f for f in files if student_release.MARKER in (release / f).read_text(errors="replace")[:2000]]
+    assert {"exercises/ch01_anatomy.py", "tests/graded/test_ch04_attention.py", "llama_course/__init__.py",
+            "tools/install_torch.sh", "book/ch04_attention.ipynb", "_toc.yml", ".ci/run"} <= files
+    assert os.access(release / "tools" / "install_torch.sh", os.X_OK) and os.access(release / ".ci" / "run", os.X_OK)
+    readme = (release / "README.md").read_text()
+    assert readme == (REPO / "tools" / "student" / "README.md").read_text()
+    for step in ("make install", "make book", "make grade", "exercises/", "TORCH=cpu", "download.pytorch.org/whl/cpu"):
+        assert step in readme, step
+    assert not re.search(r"make (exercises|autograder|student-release|lock)|solutions/", readme)
+    makefile = (release / "Makefile").read_text()
+    assert not makefile_targets(makefile) & INSTRUCTOR_TARGETS and "INSTRUCTOR" not in makefile
+    assert makefile.count(".PHONY:") == 1
+    phony = re.search(r"^\.PHONY: (.*)$", makefile, re.M)[1].split()
+    assert set(phony) == makefile_targets(makefile)
+    assert makefile_targets(makefile) == RUN | DRY  # a new target must be classified above
+
+
+def test_every_make_target_keeps_the_students_edit(tmp_path):
+    release = unpack_release(tmp_path)
+    assert (Path(sys.prefix) / "bin" / "ruff").exists(), "run the tests from the course's venv (make install)"
+    os.symlink(sys.prefix, release / ".venv")  # the environment running this test, as if installed there
+    exercise = release / "exercises" / "ch01_anatomy.py"
+    # the student's version: Exercise 1.1 answered (the key's lines), the rest still stubs
+    key = (REPO / "solutions" / "ch01_anatomy.py").read_text()
+    block = r"\n[ \t]*# BEGIN SOLUTION Exercise 1\.1 .*\n((?:.*\n)*?)[ \t]*# END SOLUTION\n"
+    answered = re.sub(block, r"\n\1", key, count=1)
+    assert answered != key
+    edited = make_stub(answered, "ch01_anatomy.py")
+    exercise.write_text(edited)
+    env = {**os.environ, "PYTHONPATH": str(release)}
+
+    def make(*args):
+        return subprocess.run(["make", "-o", ".venv/.installed-stamp", *args], cwd=release, env=env,
+                              capture_output=True, text=True, timeout=900)
+
+    for target in sorted(DRY):
+        run = make("-n", target)
+        assert run.returncode == 0, target + run.stderr
+        assert "stubs" not in run.stdout and "exercises" not in run.stdout, (target, run.stdout)
+    for target in sorted(RUN):
+        run = make(target, "CHAPTER=1") if target == "grade" else make(target)
+        if target != "lint":  # lint's verdict is `make lint`'s business; here only the edit matters
+            assert run.returncode == 0, target + run.stdout + run.stderr
+        if target == "grade":  # the student's answer is what got graded
+            tests = json.loads((release / "results.json").read_text())["tests"]
+            mine = [t for t in tests if t["name"].startswith("Exercise 1.1 ")]
+            assert mine and all(t["score"] == t["max_score"] > 0 for t in mine), mine
+            assert all(t["score"] == 0 for t in tests if t["name"].startswith("Exercise 1.2 "))
+        assert exercise.read_text() == edited, f"make {target} changed the student's exercise"
+    for instructor in sorted(INSTRUCTOR_TARGETS):  # no such rule here ("exercises" is just the folder)
+        run = make(instructor)
+        assert "No rule to make target" in run.stderr or "Nothing to be done" in run.stdout, run.stdout + run.stderr
+    stubs = subprocess.run([sys.executable, "-m", "llama_course.grade.stubs"], cwd=release, env=env,
+                           capture_output=True, text=True)
+    assert stubs.returncode == 2 and "no solutions" in stubs.stderr
+    assert exercise.read_text() == edited and (release / "exercises" / "ch02_tokens.py").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework never reaches the release.
+
+def homework_blocks(solutions: Path) -> list[tuple[str, str, list[str]]]:
+    """(label, function name, answer lines) of every `# BEGIN SOLUTION Homework ...` block."""
+    blocks = []
+    for path in sorted(solutions.glob("ch[0-9][0-9]_*.py")):
+        lines, current = path.read_text(encoding="utf-8").splitlines(), None
+        for line in lines:
+            begin = BEGIN.match(line)
+            if begin and begin["label"].split()[:1] == ["Homework"]:
+                label = begin["label"].strip()
+                current = (label, label.split()[2], [])
+                blocks.append(current)
+            elif END.match(line):
+                current = None
+            elif current is not None:
+                current[2].append(line)
+    return blocks
+
+
+def leaks(release: Path, blocks) -> list[str]:
+    """Where the release holds a homework answer: a file with three of the answer's distinctive
+    lines (all of them when it has fewer; one common line such as a softmax can legitimately
+    appear in the package), or a definition of a homework function outside exercises/."""
+    found = []
+    texts = {p.relative_to(release).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+             for p in release.rglob("*") if p.is_file() and p.suffix in (".py", ".ipynb", ".md", ".txt", ".toml")}
+    for label, name, answer in blocks:
+        distinctive = [line.strip() for line in answer
+                       if len(line.strip()) >= 20 and not line.strip().startswith(("#", '"""', "return ", "raise "))]
+        for path, text in texts.items():
+            present = [line for line in distinctive if line in text]
+            if present and len(present) >= min(3, len(distinctive)):
+                found.append(f"{path}: {len(present)} lines of {label}: {present[0]}")
+            if re.search(rf"^\s*def {re.escape(name)}\(", text, re.M) and not path.startswith("exercises/"):
+                found.append(f"{path}: defines {name} ({label})")
+    return found
+
+
+def homework_points(release: Path, hidden: Path, impl: str) -> tuple[int, int]:
+    """(passed, run) of the hidden tests, run inside the release (its package, its public test
+    helpers) against one implementation."""
+    tests = release / "tests" / "hidden"
+    shutil.copytree(hidden, tests, dirs_exist_ok=True)
+    report = release / "hidden.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/hidden", f"--impl={impl}",
+                    f"--junitxml={report}", "-o", "addopts="], cwd=release, capture_output=True, text=True,
+                   timeout=900, env={**os.environ, "PYTHONPATH": str(release)})
+    shutil.rmtree(tests)
+    cases = ET.parse(report).getroot().iter("testcase")
+    outcomes = [not any(child.tag in ("failure", "error", "skipped") for child in case) for case in cases]
+    return sum(outcomes), len(outcomes)
+
+
+def check_release(repo: Path, tmp_path: Path, impls=("package", "exercises"), key: bool = True) -> list[str]:
+    """Every problem with the release of this instructor tree (empty when it is clean): answers
+    in its files, hidden-test points for its package or its stubs, and (the check's own check)
+    a key that does not pass the hidden tests there."""
+    release = unpack_release(tmp_path, repo)
+    blocks = homework_blocks(repo / "solutions")
+    problems = leaks(release, blocks)
+    hidden = repo / "tests" / "hidden"
+    if blocks and hidden.is_dir():
+        for impl in impls:
+            passed, run = homework_points(release, hidden, impl)
+            if passed:
+                problems.append(f"the hidden tests give {passed} of {run} points to the release's {impl}")
+        if key:
+            passed, run = homework_points(release, hidden, str(repo / "solutions"))
+            if not run or passed != run:
+                problems.append(f"the key passes only {passed} of {run} hidden tests in the release")
+    return problems
+
+
+def test_release_holds_no_homework_answer_and_scores_no_homework_points(tmp_path):
+    assert check_release(REPO, tmp_path) == []
+
+
+FAKE_SOLUTION = '''"""A fake chapter for the release checks."""
+
+
+def interleave(a, b):
+    """Homework 99.A: [a0, b0, a1, b1, ...] of two lists of equal length."""
+    # BEGIN SOLUTION Homework 99.A interleave (Chapter 99, section 99.1 "Fake")
+    woven_together_result = [item for pair in zip(a, b) for item in pair]
+    return woven_together_result
+    # END SOLUTION
+'''
+FAKE_PUBLIC = '''import pytest
+
+
+@pytest.mark.graded("Homework 99.A interleave", points=1, kind="homework")
+def test_interleave_worked_example(impl):
+    assert impl.interleave([1], [2]) == [1, 2]
+'''
+FAKE_HIDDEN = '''import pytest
+
+PACKAGE_MODULES = ["llama_course", "llama_course.weave"]
+
+
+@pytest.mark.graded("Homework 99.A interleave", points=3, kind="homework")
+def test_interleave_hidden(impl):
+    assert impl.interleave([1, 3, 5], [2, 4, 6]) == [1, 2, 3, 4, 5, 6]
+'''
+
+
+@pytest.fixture
+def fake_instructor_tree(tmp_path):
+    """A small instructor tree (git repository) with one homework problem and its hidden test."""
+    repo = tmp_path / "instructor"
+    for entry in ("Makefile", "tools/student/README.md", "tests/conftest.py", "llama_course"):
+        source, target = REPO / entry, repo / entry
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, target)
+    for path, text in {"solutions/ch99_fake.py": FAKE_SOLUTION, "tests/graded/test_ch99_fake.py": FAKE_PUBLIC,
+                       "tests/hidden/test_ch99_fake.py": FAKE_HIDDEN,
+                       "exercises/ch99_fake.py": make_stub(FAKE_SOLUTION, "ch99_fake.py")}.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo
+
+
+def test_the_release_checks_pass_a_clean_tree_and_catch_a_leak(fake_instructor_tree, tmp_path):
+    repo = fake_instructor_tree
+    assert homework_blocks(repo / "solutions")[0][:2] == ("Homework 99.A interleave (Chapter 99, section 99.1 "
+                                                          '"Fake")', "interleave")
+    assert check_release(repo, tmp_path / "clean") == []
+    # an instructor puts the answer into the package: the release now leaks it, and earns points
+    (repo / "llama_course" / "weave.py").write_text(
+        "def interleave(a, b):\n    woven_together_result = [item for pair in zip(a, b) for item in pair]\n"
+        "    return woven_together_result\n")
+    problems = check_release(repo, tmp_path / "leaky", impls=("package",), key=False)
+    assert any("llama_course/weave.py: 1 lines of Homework 99.A" in p for p in problems), problems
+    assert any("llama_course/weave.py: defines interleave" in p for p in problems), problems
+    assert any("points to the release's package" in p for p in problems), problems
