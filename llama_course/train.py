@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import distributed
 from .checks import check_bool, check_int, check_number, check_positive_int, check_positive_number
 from .config import LlamaConfig
 from .loss import next_token_loss
@@ -125,6 +126,7 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False
     progress: bool = True
+    accum_steps: int = 1               # micro-batches per optimizer step (gradient accumulation)
 
     def __post_init__(self) -> None:
         self.betas = check_train_config(self)
@@ -132,7 +134,7 @@ class TrainConfig:
 
 def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
     """TypeError/ValueError naming the first bad field of ``cfg``; returns betas as a tuple."""
-    for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches"):
+    for name in ("steps", "batch_size", "context_length", "eval_interval", "eval_batches", "accum_steps"):
         check_positive_int(name, getattr(cfg, name))
     for name in ("warmup_steps", "checkpoint_interval", "seed"):
         check_int(name, getattr(cfg, name), low=0)
@@ -198,39 +200,46 @@ def _autocast(device):
 
 
 def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
-          out_dir: str | Path | None = None, resume: bool = False, device=None, until: int | None = None) -> dict:
+          out_dir: str | Path | None = None, resume: bool = False, device=None, until: int | None = None,
+          parallel: distributed.Parallel | None = None) -> dict:
     """Train ``model``; returns the history {"step", "train_loss", "val_step", "val_loss", "tokens_per_s"}.
 
     With ``out_dir``, checkpoints go to out_dir/checkpoint (and ``resume=True`` continues from it:
     the same batches, learning rates and losses as an uninterrupted run). ``until`` stops after
     that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
+    ``parallel`` (from distributed.setup, under torchrun): each rank trains on its rows of every
+    batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
     device = torch.device(device or next(model.parameters()).device)
     check_train_inputs(model, train_data, val_data, cfg, out_dir, resume, until)
-    optimizer = make_optimizer(model, cfg)
+    par = parallel or distributed.Parallel(device=device)
+    distributed.check_batch(cfg.batch_size, par.world_size, cfg.accum_steps)
+    wrapped = distributed.wrap(model, par)                     # DDP, FSDP2, or the model itself
+    optimizer = make_optimizer(model, cfg)                     # after wrap: FSDP2 shards the parameters
     generator = torch.Generator().manual_seed(cfg.seed)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast_dtype(device) == torch.float16)
     history = {"step": [], "train_loss": [], "val_step": [], "val_loss": [], "tokens_per_s": 0.0}
     start_step = 0
     if resume:
-        start_step, history = resume_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, generator, cfg,
-                                                scaler)
-    step_fn = torch.compile(model) if cfg.compile else model
+        start_step, history = distributed.load(Path(out_dir) / "checkpoint", model, optimizer, generator, cfg,
+                                               par, scaler)
+    step_fn = torch.compile(wrapped) if cfg.compile else wrapped
     model.train()
     tokens, started = 0, time.perf_counter()
     stop = cfg.steps if until is None else min(until, cfg.steps)
-    bar = _progress(range(start_step, stop), cfg.progress)
+    bar = _progress(range(start_step, stop), cfg.progress and par.is_main)
     for step in bar:
         x = get_batch(train_data, cfg.batch_size, cfg.context_length, generator, device)   # (B, T+1)
-        loss = train_step(step_fn, optimizer, x, lr_at(step, cfg), cfg, scaler, step)
+        loss = train_step(step_fn, optimizer, distributed.local_rows(x, par), lr_at(step, cfg), cfg, scaler, step)
+        loss = distributed.mean_across(loss, par)                                          # the whole batch's
         tokens += x.numel()
         log_step(history, step, loss, model, val_data, cfg, device)
         history["tokens_per_s"] = tokens / (time.perf_counter() - started)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history['tokens_per_s']:.0f}")
         if out_dir is not None and should_checkpoint(step, stop, cfg):
-            save_checkpoint(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg,
-                            scaler)
+            distributed.save(Path(out_dir) / "checkpoint", model, optimizer, step + 1, generator, history, cfg,
+                             par, scaler)
     model.eval()
     return history
 
@@ -258,27 +267,37 @@ def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: flo
     """One optimizer step on the windows x (B, T+1) at learning rate ``lr``; returns the loss.
 
     ``model`` is whatever runs the forward pass (the model, its torch.compile, a DDP wrapper).
-    A NaN or infinite loss (or, without an fp16 ``scaler``, gradient) raises FloatingPointError
-    before the weights change.
+    With cfg.accum_steps > 1 the rows go through in that many micro-batches, gradients adding up
+    (and synchronised across processes only on the last one). A NaN or infinite loss (or, without
+    an fp16 ``scaler``, gradient) raises FloatingPointError before the weights change.
     """
+    distributed.check_batch(x.shape[0], 1, cfg.accum_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    with _autocast(x.device):
-        loss = next_token_loss(model(x), x)                    # scalar: mean over B*T predictions
-    value = loss.item()
     scaler = scaler or torch.amp.GradScaler(x.device.type, enabled=False)
     optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
+    loss = 0.0
+    for i, micro in enumerate(x.chunk(cfg.accum_steps)):          # (B/accum, T+1) each
+        with distributed.gradient_sync(model, i == cfg.accum_steps - 1):
+            with _autocast(x.device):
+                part = next_token_loss(model(micro), micro) / cfg.accum_steps  # scalar: its share of the mean
+            scaler.scale(part).backward()
+        loss += part.item()
     scaler.unscale_(optimizer)                                 # clip the true gradients, not the scaled ones
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    if not math.isfinite(value) or (not scaler.is_enabled() and not torch.isfinite(norm)):
-        what = f"loss {value}" if not math.isfinite(value) else f"gradient norm {norm.item()}"
+    check_finite(loss, norm, scaler, lr, step)
+    scaler.step(optimizer)                                     # fp16: skipped when a gradient overflowed
+    scaler.update()
+    return loss
+
+
+def check_finite(loss: float, norm: torch.Tensor, scaler: torch.amp.GradScaler, lr: float, step: int | None) -> None:
+    """FloatingPointError for a NaN or infinite loss, or gradient norm (an fp16 scaler skips those steps itself)."""
+    if not math.isfinite(loss) or (not scaler.is_enabled() and not torch.isfinite(norm)):
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {norm.item()}"
         raise FloatingPointError(f"non-finite {what}{'' if step is None else f' at step {step}'} (learning "
                                  f"rate {lr:.3g}): training stopped before updating the weights; no checkpoint "
                                  f"was written for this step. Lower the learning rate or check the data.")
-    scaler.step(optimizer)                                     # fp16: skipped when a gradient overflowed
-    scaler.update()
-    return value
 
 
 def log_step(history: dict, step: int, loss: float, model, val_data: torch.Tensor, cfg: TrainConfig,
@@ -323,20 +342,33 @@ def save_checkpoint(path: str | Path, model: Llama, optimizer, step: int, genera
     from safetensors.torch import save
 
     path = Path(path)
-    staging = _sibling(path, ".tmp")
     recover_checkpoint(path)                                   # 0. finish or undo an interrupted save
-    staging.mkdir(parents=True)
+    _sibling(path, ".tmp").mkdir(parents=True)
     weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_embeddings:
         weights.pop("lm_head.weight", None)                    # stored once, as the embedding
+    files = {"model.safetensors": save(weights),
+             **run_state_files(model.config, optimizer.state_dict(), step, generator, history, cfg, scaler)}
+    commit_checkpoint(path, step, files)                       # 1.-4.
+
+
+def run_state_files(config: LlamaConfig, optimizer_state: dict | None, step: int, generator: torch.Generator,
+                    history: dict, cfg: TrainConfig, scaler: torch.amp.GradScaler | None = None) -> dict:
+    """The bytes of state.pt (step, optimizer, RNG, history, scaler) and config.json (model and run)."""
     state = io.BytesIO()
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+    torch.save({"step": step, "optimizer": optimizer_state, "generator": generator.get_state(),
                 "torch_rng": torch.get_rng_state(), "history": history,
                 "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, state)
-    config = {"model": dataclasses.asdict(model.config), "train": dataclasses.asdict(cfg)}
-    files = {"model.safetensors": save(weights), "state.pt": state.getvalue(),
-             "config.json": json.dumps(config, indent=1).encode()}
-    sums = {name: _write_durably(staging / name, data) for name, data in files.items()}   # 1.
+    config_json = {"model": dataclasses.asdict(config), "train": dataclasses.asdict(cfg)}
+    return {"state.pt": state.getvalue(), "config.json": json.dumps(config_json, indent=1).encode()}
+
+
+def commit_checkpoint(path: Path, step: int, files: dict[str, bytes], written: tuple[str, ...] = ()) -> None:
+    """Steps 1-4: write ``files`` into the staging folder, each fsync'd, then the manifest of their
+    SHA-256 and of the files already written there (``written``, durable), then promote it."""
+    staging = _sibling(path, ".tmp")
+    sums = {name: _write_durably(staging / name, data) for name, data in files.items()}      # 1.
+    sums.update({name: _sha256(staging / name) for name in written})
     _write_durably(staging / MANIFEST, json.dumps({"step": step, "sha256": sums}, indent=1).encode())
     _fsync_dir(staging)
     _promote(path)                                             # 2.-4.
@@ -393,16 +425,34 @@ def checkpoint_problem(path: Path) -> str | None:
         sums, step = manifest["sha256"], manifest["step"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         return f"{path / MANIFEST} is missing or malformed ({type(err).__name__}: {err})"
-    if not isinstance(sums, dict) or sorted(sums) != sorted(CHECKPOINT_FILES) or not isinstance(step, int):
-        return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(CHECKPOINT_FILES)}"
+    if not isinstance(sums, dict) or sorted(sums) != checkpoint_files(path) or not isinstance(step, int):
+        return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(checkpoint_files(path))}"
     for name, digest in sums.items():
         try:
-            actual = hashlib.sha256((path / name).read_bytes()).hexdigest()
+            actual = _sha256(path / name)
         except OSError as err:
             return f"{path / name} cannot be read ({err})"
         if actual != digest:
             return f"{path / name} is corrupted: its SHA-256 is not the one in {MANIFEST}"
     return None
+
+
+def checkpoint_files(path: Path) -> list[str]:
+    """The files a complete checkpoint folder holds: CHECKPOINT_FILES or, written sharded by
+    distributed.save (Chapter 13), state.pt, config.json and every file under dcp/."""
+    shards = path / distributed.SHARDED
+    if not shards.is_dir():
+        return sorted(CHECKPOINT_FILES)
+    return sorted(["state.pt", "config.json"] + [f.relative_to(path).as_posix() for f in shards.rglob("*")
+                                                 if f.is_file()])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _sibling(path: Path, suffix: str) -> Path:
@@ -446,16 +496,26 @@ def load_checkpoint(path: str | Path, model: Llama, optimizer=None, generator: t
     from safetensors.torch import load
 
     path = Path(path)
-    problem = checkpoint_problem(path)
-    if problem is not None:
-        raise ValueError(f"cannot load the checkpoint {path}: {problem}")
-    saved = json.loads((path / "config.json").read_text())
-    check_same_config(path, saved, model.config, cfg)
+    check_checkpoint(path, model.config, cfg)
     weights = load((path / "model.safetensors").read_bytes())
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [m for m in missing if not (m == "lm_head.weight" and model.config.tie_embeddings)]
     if missing or unexpected:
         raise ValueError(f"checkpoint does not fit: missing {missing}, unexpected {unexpected}")
+    return restore_run_state(path, optimizer, generator, scaler)
+
+
+def check_checkpoint(path: Path, config: LlamaConfig, cfg: TrainConfig | None = None) -> None:
+    """ValueError unless ``path`` is complete and intact and was saved for this model (and run)."""
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"cannot load the checkpoint {path}: {problem}")
+    check_same_config(path, json.loads((path / "config.json").read_text()), config, cfg)
+
+
+def restore_run_state(path: Path, optimizer=None, generator: torch.Generator | None = None,
+                      scaler: torch.amp.GradScaler | None = None) -> tuple[int, dict]:
+    """Load path/state.pt into the optimizer, generator and scaler given; returns (step, history)."""
     state = torch.load(path / "state.pt", weights_only=True)
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -491,50 +551,77 @@ MODEL_CONFIGS = {  # named sizes for the command line and the lab
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .data import course_corpus
-    from .generate import generate
-    from .tokenizer import train_bpe
-    from .utils import get_device, seed_everything
-
     parser = _parser()
     args = parser.parse_args(argv)
     try:
         cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, context_length=args.context_length,
                           lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
-                          eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval)
+                          eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
+                          accum_steps=args.accum_steps)
         _check_out(args.out)
+        distributed.check_batch(args.batch_size, int(os.environ.get("WORLD_SIZE", "1")), args.accum_steps)
+        par = distributed.setup(args.shard, device=os.environ.get("LLAMA_COURSE_DEVICE"))  # torchrun: join
     except (TypeError, ValueError) as err:
         parser.error(str(err))                                 # exits with status 2, before any file is written
+    try:
+        return _main(args, cfg, par, parser)
+    finally:
+        distributed.teardown()
+
+
+def _main(args, cfg: TrainConfig, par: distributed.Parallel, parser: argparse.ArgumentParser) -> int:
+    from .data import course_corpus
+    from .generate import generate
+    from .tokenizer import train_bpe
+    from .utils import get_device, seed_everything
+
     seed_everything(args.seed)
-    device = get_device()
+    device = par.device if par.enabled else get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     if args.resume:                                            # validate first, write after
-        found = find_checkpoint(args.out / "checkpoint")
-        if found is None:
-            parser.error(f"--resume: nothing to resume, {args.out / 'checkpoint'} holds no complete checkpoint")
-        try:
-            check_same_config(found, json.loads((found / "config.json").read_text()), config, cfg)
-        except ValueError as err:
-            parser.error(f"--resume with other options than the run in {args.out}: {err}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(args.out / "tokenizer.json")
-    text = shuffle_documents(course_corpus(), args.seed)  # validation: a tenth of every kind of text
-    train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
+        _check_resume(parser, args.out, config, cfg)
+    train_data, val_data = _prepare_data(args, tokenizer, par, course_corpus())
     model = Llama(config, device=device)
-    print(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device}; "
-          f"{len(train_data):,} training tokens")
+    say = print if par.is_main else (lambda *a, **k: None)
+    say(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device} x {par.world_size} "
+        f"process(es){' (sharded)' if par.shard else ''}; {len(train_data):,} training tokens")
     try:
-        history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device)
+        history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device,
+                        parallel=par)
     except FloatingPointError as err:
-        print(f"error: {err}", file=sys.stderr)
+        say(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
+    say(f"final validation loss {history['val_loss'][-1]:.3f}; {history['tokens_per_s']:.0f} tokens/s")
     prompt = torch.tensor([tokenizer.encode("Title: The")], device=device)
-    sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,
+    sample = generate(model, prompt, 60, temperature=0.8, top_p=0.95,  # every rank: FSDP2 gathers weights
                       generator=torch.Generator(device=device).manual_seed(args.seed))
-    print(tokenizer.decode(sample[0].tolist()))
+    say(tokenizer.decode(sample[0].tolist()))
     return 0
+
+
+def _check_resume(parser: argparse.ArgumentParser, out: Path, config: LlamaConfig, cfg: TrainConfig) -> None:
+    """parser.error (status 2) unless out/checkpoint holds a complete checkpoint of this model and run."""
+    found = find_checkpoint(out / "checkpoint")
+    if found is None:
+        parser.error(f"--resume: nothing to resume, {out / 'checkpoint'} holds no complete checkpoint")
+    try:
+        check_same_config(found, json.loads((found / "config.json").read_text()), config, cfg)
+    except ValueError as err:
+        parser.error(f"--resume with other options than the run in {out}: {err}")
+
+
+def _prepare_data(args, tokenizer, par: distributed.Parallel, corpus: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank 0 writes the tokenizer and the token cache, then the other ranks read the cache."""
+    if par.is_main:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(args.out / "tokenizer.json")
+    text = shuffle_documents(corpus, args.seed)           # validation: a tenth of every kind of text
+    for writer in (True, False):
+        if par.is_main == writer:
+            train_data, val_data = split(tokenize_to_file(text, tokenizer, args.out / "tokens.bin"))
+        distributed.barrier(par)
+    return train_data, val_data
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -553,6 +640,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per step (gradient accumulation)")
+    parser.add_argument("--shard", action="store_true", help="under torchrun: FSDP2 (shard weights, gradients "
+                        "and optimizer state) instead of DDP")
     return parser
 
 
@@ -569,4 +659,6 @@ def _check_out(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from torch.distributed.elastic.multiprocessing.errors import record  # a failing rank's traceback, summarised
+
+    sys.exit(record(main)())

@@ -1,0 +1,101 @@
+"""Chapter 13 exercises: memory, communication and splitting matrices across GPUs.
+
+Read Chapter 13 ("Beyond one GPU") first. Check yourself with
+
+    python -m llama_course.grade exercises/ --chapter 13
+"""
+
+import torch
+import torch.nn.functional as F
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+
+
+def memory_per_gpu(n_params, n_gpus: int, strategy: str = "ddp", mixed_precision: bool = True) -> float:
+    """Bytes of weights, gradients and AdamW state on each of n_gpus GPUs while training.
+
+    Per parameter: weights and gradients 2 bytes each with mixed precision (4 without), AdamW's m
+    and v 4 bytes each, and a float32 master copy (4) with mixed precision only. "ddp" splits
+    nothing, "zero1" splits the optimizer state (master, m, v) n_gpus ways, "zero2" the gradients
+    too, "zero3" the weights too. Raise ValueError naming strategy or n_gpus when they are not valid."""
+    # BEGIN SOLUTION Exercise 13.1 memory_per_gpu (Chapter 13, section 13.1 "Memory per parameter")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive int, got {n_gpus!r}")
+    w = g = 2 if mixed_precision else 4
+    o = 12 if mixed_precision else 8
+    n = n_gpus
+    per_param = {"ddp": w + g + o, "zero1": w + g + o / n, "zero2": w + (g + o) / n, "zero3": (w + g + o) / n}
+    return per_param[strategy] * n_params
+    # END SOLUTION
+
+
+def communication_bytes(n_params, n_gpus: int, strategy: str = "ddp", bytes_per_value: int = 2) -> float:
+    """Bytes each rank sends per optimizer step with ring collectives: an all-reduce of P values
+    sends 2 (N-1)/N P values, a reduce-scatter or an all-gather (N-1)/N P. "ddp", "zero1" and
+    "zero2" move as much as one all-reduce of the gradients; "zero3" all-gathers the weights for
+    the forward pass and again for the backward pass, and reduce-scatters the gradients."""
+    # BEGIN SOLUTION Exercise 13.2 communication_bytes (Chapter 13, section 13.2 "What travels between the GPUs")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 1:
+        raise ValueError(f"n_gpus must be a positive int, got {n_gpus!r}")
+    share = (n_gpus - 1) / n_gpus
+    return (3 if strategy == "zero3" else 2) * share * n_params * bytes_per_value
+    # END SOLUTION
+
+
+def tensor_parallel_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor,
+                           n: int) -> list:
+    """SwiGLU down(SiLU(x gate^T) * (x up^T)) as n ranks compute it: rank r holds rows
+    r*d_ff/n .. (r+1)*d_ff/n - 1 of w_gate and w_up (column-parallel) and the same columns of
+    w_down (row-parallel). Return the list of the n partial outputs, each (..., d_model), whose sum
+    (the all-reduce) is the SwiGLU output. Rank r's partial must use only rank r's slices.
+    Raise ValueError naming n if n does not divide d_ff."""
+    # BEGIN SOLUTION Exercise 13.3 tensor_parallel_swiglu (Chapter 13, section 13.4 "Tensor parallel")
+    d_ff = w_gate.shape[0]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or d_ff % n:
+        raise ValueError(f"n must be a positive int dividing d_ff ({d_ff}), got {n!r}")
+    partials = []
+    for g, u, d in zip(w_gate.chunk(n, 0), w_up.chunk(n, 0), w_down.chunk(n, 1)):
+        hidden = F.silu(x @ g.T) * (x @ u.T)       # (..., d_ff/n) this rank's hidden units
+        partials.append(hidden @ d.T)             # (..., d_model) a partial sum
+    return partials
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# Homework (graded by hidden tests; the public checks in tests/graded only check the examples)
+# ---------------------------------------------------------------------------------------------
+
+
+def pipeline_bubble_fraction(n_stages: int, n_microbatches: int) -> float:
+    """Pipeline parallelism (GPipe schedule): the model's layers are cut into n_stages consecutive
+    stages, one per GPU, and a batch into n_microbatches. Every micro-batch passes through the
+    stages in order (forward), then back in reverse order (backward); each stage handles one
+    micro-batch at a time, a forward takes one time slot and a backward two. Return the fraction
+    of the GPUs' time slots, from the first forward to the last backward, in which a GPU is idle.
+    Raise ValueError naming the argument for a count below 1."""
+    # BEGIN SOLUTION Homework 13.A pipeline_bubble_fraction (Chapter 13, beyond section 13.7 "Pipeline parallel")
+    for name, value in (("n_stages", n_stages), ("n_microbatches", n_microbatches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return (n_stages - 1) / (n_microbatches + n_stages - 1)
+    # END SOLUTION
+
+
+def all_to_all_counts(expert_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Expert parallelism: expert_ids (R, N, k) holds, for each of R ranks, the k experts each of
+    its N tokens is routed to. The n_experts experts are spread evenly over the R ranks, rank j
+    holding experts j*E/R .. (j+1)*E/R - 1. Return the (R, R) int64 matrix of the all-to-all:
+    entry [i, j] is how many (token, expert) pairs rank i sends to rank j. Raise ValueError naming
+    n_experts if R does not divide it or an id is outside [0, n_experts)."""
+    # BEGIN SOLUTION Homework 13.B all_to_all_counts (Chapter 13, beyond section 13.6 "Expert parallel")
+    ranks = expert_ids.shape[0]
+    if n_experts % ranks or bool(((expert_ids < 0) | (expert_ids >= n_experts)).any()):
+        raise ValueError(f"n_experts ({n_experts}) must be a multiple of the {ranks} ranks and exceed every id")
+    dest = expert_ids.reshape(ranks, -1).long() // (n_experts // ranks)          # (R, N*k) rank holding it
+    counts = torch.zeros(ranks, ranks, dtype=torch.int64, device=expert_ids.device)
+    return counts.scatter_add_(1, dest, torch.ones_like(dest))                   # (R, R)
+    # END SOLUTION

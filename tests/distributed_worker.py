@@ -1,0 +1,151 @@
+"""The 2-process side of tests/test_distributed.py, run under
+``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py OUT SCENARIO``.
+
+Scenarios: "all" (DDP and FSDP2 training, checkpoints at step 5, tensor parallel, Meta shards into
+tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail" makes rank 1 raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from llama_course import distributed
+from llama_course.config import LlamaConfig
+from llama_course.model import Llama
+from llama_course.train import TrainConfig, train
+
+CONFIG = LlamaConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=32)
+TRAIN = TrainConfig(steps=10, batch_size=8, context_length=16, lr=3e-3, warmup_steps=2, eval_interval=5,
+                    eval_batches=2, progress=False)
+
+
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded tokens with something to learn (a token is often its predecessor + 1)."""
+    return distributed.demo_data(CONFIG.vocab_size)
+
+
+def fresh_model() -> Llama:
+    torch.manual_seed(0)
+    return Llama(CONFIG)
+
+
+def full_state(model) -> dict[str, torch.Tensor]:
+    """Whole tensors (FSDP2's shards gathered) of the model's parameters."""
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+            for k, v in model.state_dict().items()}
+
+
+def run_training(out: Path, par: distributed.Parallel, name: str) -> None:
+    train_data, val_data = data()
+    model = fresh_model()
+    history = train(model, train_data, val_data, TRAIN, parallel=par)
+    trained = full_state(model)
+    # per-rank parameter + AdamW state after one step of a second copy (the optimizer state now exists)
+    probe = fresh_model()
+    wrapped = distributed.wrap(probe, par)
+    optimizer = torch.optim.AdamW(probe.parameters())
+    x = torch.randint(0, CONFIG.vocab_size, (2, 9))
+    wrapped(x).float().mean().backward()
+    optimizer.step()
+    memory = distributed.state_bytes(probe, optimizer)
+    memories = [None] * par.world_size
+    dist.all_gather_object(memories, memory)
+    # a run that stops at step 5 and leaves a checkpoint, for the 1-process resume
+    until5 = fresh_model()
+    train(until5, train_data, val_data, TRAIN, out_dir=out / f"{name}-until5", until=5, parallel=par)
+    if par.is_main:
+        torch.save({"history": history, "state": trained, "memory": memories}, out / f"{name}.pt")
+
+
+def run_accumulation(out: Path, par: distributed.Parallel) -> None:
+    """DDP with 2 micro-batches per step: gradients all-reduced once, on the second."""
+    model = fresh_model()
+    history = train(model, *data(), dataclasses.replace(TRAIN, accum_steps=2), parallel=par)
+    if par.is_main:
+        torch.save({"history": history, "state": full_state(model)}, out / "ddp-accum.pt")
+
+
+def run_tensor_parallel(out: Path, par: distributed.Parallel) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from llama_course.tensor_parallel import parallelize
+
+    mesh = init_device_mesh("cpu", (par.world_size,))
+    reference = fresh_model()
+    model = parallelize(fresh_model(), mesh)
+    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    outputs = []
+    for m in (reference, model):
+        logits = m(x)                                   # (B, T, V)
+        (logits.float() ** 2).mean().backward()
+        outputs.append(logits.detach())
+    grads = {name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad)
+             for name, p in model.named_parameters()}
+    local_shapes = {name: tuple(p.to_local().shape) for name, p in model.named_parameters() if hasattr(p, "to_local")}
+    if par.is_main:
+        torch.save({"x": x, "logits": outputs[1], "reference_logits": outputs[0],
+                    "grads": grads, "reference_grads": {n: p.grad for n, p in reference.named_parameters()},
+                    "local_shapes": local_shapes}, out / "tp.pt")
+
+
+def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from llama_course.tensor_parallel import load_meta_tensor_parallel, split_for_meta, write_meta
+
+    mesh = init_device_mesh("cpu", (par.world_size,))
+    directory = out / "meta"
+    if par.is_main:
+        params = {"dim": CONFIG.d_model, "n_layers": CONFIG.n_layers, "n_heads": CONFIG.n_heads,
+                  "n_kv_heads": CONFIG.n_kv_heads, "multiple_of": 16, "ffn_dim_multiplier": 0.75,
+                  "norm_eps": CONFIG.norm_eps,
+                  "max_seq_len": CONFIG.max_seq_len}
+        write_meta(directory, split_for_meta(fresh_model().state_dict(), par.world_size), params)
+    distributed.barrier(par)
+    model = load_meta_tensor_parallel(directory, mesh)
+    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4))
+    logits = model(x).detach()
+    if par.is_main:
+        torch.save({"x": x, "logits": logits}, out / "meta_tp.pt")
+
+
+def main() -> int:
+    return run(Path(sys.argv[1]), sys.argv[2])
+
+
+def run(out: Path, scenario: str) -> int:
+    """One rank's part: the environment says which (torchrun's variables, or the test's)."""
+    torch.set_num_threads(1)
+    par = distributed.setup(timeout_s=60)
+    try:
+        if scenario == "fail":
+            if par.rank == 1:
+                raise RuntimeError("rank 1 fails on purpose")
+            distributed.barrier(par, timeout_s=60)      # rank 0 waits for a rank that never comes
+            return 0
+        sharded = distributed.Parallel(par.rank, par.world_size, par.local_rank, par.device, shard=True)
+        for name, run in (("ddp", lambda: run_training(out, par, "ddp")),
+                          ("fsdp", lambda: run_training(out, sharded, "fsdp")),
+                          ("ddp with accumulation", lambda: run_accumulation(out, par)),
+                          ("tensor parallel", lambda: run_tensor_parallel(out, par)),
+                          ("meta shards", lambda: run_meta_shards(out, par))):
+            started = time.perf_counter()
+            run()
+            if par.is_main:
+                print(f"{name}: {time.perf_counter() - started:.1f} s", flush=True)
+        distributed.barrier(par)
+    finally:
+        distributed.teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())
