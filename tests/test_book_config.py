@@ -114,4 +114,4 @@ def test_static_folder_is_served():
 
 def test_stylesheet_keeps_images_in_proportion():
     css = (REPO / "book" / "_static" / "course.css").read_text(encoding="utf-8")
-    assert re.search(r"\.bd-content img[^{]*\{[^}]*height:\s*auto", css)
+    assert re.search(r"\.bd-content img[^{]*\{[^}]*height:\s*auto !important", css)
