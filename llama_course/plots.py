@@ -1,8 +1,58 @@
-"""Figures the chapters draw. matplotlib is imported inside each function, never at package import."""
+"""Figures the chapters draw, and the book's one figure style.
+
+matplotlib is imported inside each function, never at package import.
+
+**Sizes.** The book's notebooks store PNGs at matplotlib's 100 dpi (twice that with the retina
+format), and the page shows them at most as wide as its text column, about 7 inches of figure at
+1280 px. A letter of ``s`` points then renders at ``s * 100/72 * min(1, COLUMN_IN / width)``
+CSS pixels. ``book_style`` sets every text size to at least ``MIN_POINTS`` (11 pt) and
+``figsize`` caps the width at ``MAX_WIDTH_IN``, so that text renders at 11 px or more on a
+desktop column (``text_px`` computes it). Symbols in labels are written in mathtext, between dollar signs.
+"""
 
 from __future__ import annotations
 
 from .config import LlamaConfig, count_parameters
+
+COLUMN_IN = 7.0      # the text column at 1280 px, in inches of a 100-dpi figure (about 700 px)
+MAX_WIDTH_IN = 9.0   # the widest figure; wider ones would shrink their text below 11 px
+MIN_POINTS = 11.0    # the smallest text in a figure
+
+BOOK_RC = {
+    "font.size": 12.0,
+    "axes.titlesize": 12.0,
+    "axes.labelsize": 12.0,
+    "xtick.labelsize": MIN_POINTS,
+    "ytick.labelsize": MIN_POINTS,
+    "legend.fontsize": MIN_POINTS,
+    "legend.frameon": False,
+    "figure.titlesize": 12.0,
+    "figure.dpi": 100,
+    "mathtext.fontset": "dejavusans",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.constrained_layout.use": False,
+}
+
+
+def book_style() -> None:
+    """Apply the book's figure style to matplotlib (every chapter calls this once)."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update(BOOK_RC)
+
+
+def figsize(width: float = COLUMN_IN, height: float | None = None, aspect: float = 0.5) -> tuple:
+    """A figure size in inches, no wider than ``MAX_WIDTH_IN`` (height: ``aspect * width``)."""
+    if width <= 0 or (height is not None and height <= 0) or aspect <= 0:
+        raise ValueError(f"figsize: sizes must be positive, got {width=}, {height=}, {aspect=}")
+    width = min(width, MAX_WIDTH_IN)
+    return (width, height if height is not None else aspect * width)
+
+
+def text_px(points: float, fig_width_in: float, column_in: float = COLUMN_IN) -> float:
+    """CSS pixels of a ``points``-point letter in a figure ``fig_width_in`` wide, as shown."""
+    return points * 100 / 72 * min(1.0, column_in / fig_width_in)
 
 
 def plot_parameter_breakdown(config: LlamaConfig, title: str | None = None, ax=None):
@@ -31,7 +81,7 @@ def plot_parameter_breakdown(config: LlamaConfig, title: str | None = None, ax=N
         share = 100 * n / counts["total"]
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 f"  {n / 1e9:.3f}B ({share:.1f}%)" if n >= 1e6 else f"  {n:,} ({share:.4f}%)",
-                va="center", fontsize=9)
+                va="center")
     ax.set_xlabel("parameters (billions)")
     ax.set_xlim(0, max(values) * 1.35)
     ax.set_title(title or f"{counts['total'] / 1e9:.2f}B parameters")

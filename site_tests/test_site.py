@@ -184,12 +184,14 @@ async () => {
 
 # What the reader sees of the version and the numbering (read after MathJax has run, so the
 # equation numbers are the ones left on the typeset page).
-_SHOWN_JS = """
+_SHOWN_JS = r"""
 () => ({
   footer: [...document.querySelectorAll('footer .extra_footer')]
             .map(e => e.innerText.trim()),
   captions: [...document.querySelectorAll('.caption-number')].map(e => e.textContent.trim()),
   eqnos: [...document.querySelectorAll('.eqno')].map(e => e.textContent.trim()),
+  plumbing: (document.querySelector('main') || document.body).innerText
+              .split('\n').filter(l => /glue\(|NBVAL/.test(l)).slice(0, 10),
 })
 """
 
@@ -287,19 +289,6 @@ class Site:
 # Each entry is a predicate on (visit, site, kind, text, url), kind being "pageerror" (an
 # uncaught exception) or "console"; its comment says why that message is not the book's fault.
 # Every message no entry matches fails the test.
-def _thebe_redeclared(v, site, kind, text, url):
-    # Sphinx 7.4.7 (pinned by jupyter-book 1.0.4.post1) emits every *inline* script that an
-    # extension adds after the builder starts twice: Sphinx.add_js_file(None, body=...) stores
-    # it with filename None, prepare_writing() re-adds it from the registry as filename '', and
-    # None != '' defeats the de-duplication (fixed upstream by sphinx-doc/sphinx PR #13402,
-    # 2025, not in the 7.x line). sphinx-thebe (always loaded by jupyter-book 1; we have thebe: false) adds
-    # `const THEBE_JS_URL = ...`, so the second, identical copy throws "already declared".
-    # Nothing is lost: the first copy defined the same constants. Accepted only while the page
-    # really carries the duplicate.
-    return (kind == "pageerror" and text == "Identifier 'THEBE_JS_URL' has already been declared"
-            and v.source.count("const THEBE_JS_URL") >= 2)
-
-
 def _no_default_mode(v, site, kind, text, url):
     # pydata-sphinx-theme (under sphinx-book-theme) sets the colour mode from
     # localStorage || html_context["default_mode"]; we set no default_mode, so on a first visit
@@ -312,16 +301,6 @@ def _no_default_mode(v, site, kind, text, url):
                       "`html_context: {default_mode: auto}` under sphinx: config: in _config.yml")
         return True
     return False
-
-
-def _implicit_favicon(v, site, kind, text, url):
-    # Over HTTP Chromium itself asks for /favicon.ico when a page declares no icon (we set no
-    # html.favicon); our server answers 404 and Chromium logs it. No page script is involved,
-    # file:// never does it, and on the published site it asks the host's root, not the book.
-    # Accepted only for that exact URL and only while the page declares no icon.
-    return (kind == "console" and v.transport == "http"
-            and url == site.base["http"] + "favicon.ico" and "404" in text
-            and not re.search(r'rel="(shortcut )?icon"', v.source))
 
 
 def _file_search_summary(v, site, kind, text, url):
@@ -339,7 +318,10 @@ def _file_search_summary(v, site, kind, text, url):
                 and url.startswith(site.base["file"]) and url.endswith(".html")))
 
 
-ALLOWLIST = [_thebe_redeclared, _no_default_mode, _implicit_favicon, _file_search_summary]
+# (The THEBE_JS_URL redeclaration, which Sphinx 7.4's duplicated inline scripts caused on every
+# page, and Chromium's implicit /favicon.ico 404 are fixed, in book/_ext/course_site.py and by
+# html.favicon in _config.yml, and no longer allowed here.)
+ALLOWLIST = [_no_default_mode, _file_search_summary]
 
 
 def unexplained_errors(v: Visit, site: Site) -> list[str]:
@@ -516,3 +498,141 @@ def test_search_finds_chapter(site, html_root, transport, term, chapter):
     assert not external, f"search page requested: {external}"
     errors = unexplained_errors(v, site)
     assert not errors, f"{v.url}: JavaScript errors:\n" + "\n".join(errors)
+
+
+# ------------------------------------------------------------- what a reader sees (issue 22)
+def test_no_build_plumbing_in_view(visit):
+    """No glue(...) call and no nbval marker on the page: they are hidden cells and cell tags."""
+    _loaded(visit)
+    shown = visit.shown.get("plumbing", [])
+    assert not shown, f"{visit.url}: build plumbing in view: {shown}"
+
+
+def book_pages(html_root: Path) -> list[str]:
+    return [p for p in site_pages(html_root) if p.startswith("book/")]
+
+
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+_FIGURES_JS = """
+() => [...document.querySelectorAll('main img')].map((img, i) => {
+  const r = img.getBoundingClientRect();
+  return {i, src: img.currentSrc || img.src, nw: img.naturalWidth, nh: img.naturalHeight,
+          w: r.width, h: r.height, inFigure: !!img.closest('figure')};
+})
+"""
+
+
+def _open(site, rel: str, width: int):
+    v = Visit("http", rel, site.base["http"] + rel)
+    context = site.browser.new_context(viewport={"width": width, "height": 900},
+                                       service_workers="block")
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.on("console", lambda m: m.type == "error" and v.console_errors.append((m.text, "")))
+    page.on("pageerror", lambda e: v.page_errors.append(str(e)))
+    page.goto(v.url, wait_until="load")
+    page.evaluate(_IMAGES_JS)   # every image loaded (or failed)
+    return v, context, page
+
+
+@pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
+def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
+    """At 1280 and 390 px every image is shown with its natural aspect ratio (within 2%), and
+    each figure is screenshotted at both widths (_build/screenshots/figures/)."""
+    shots = screenshot_dir / "figures"
+    shots.mkdir(parents=True, exist_ok=True)
+    bad, seen = [], 0
+    for rel in book_pages(html_root):
+        v, context, page = _open(site, rel, WIDTHS[width])
+        try:
+            for img in page.evaluate(_FIGURES_JS):
+                if not (img["nw"] and img["nh"] and img["w"] and img["h"]):
+                    continue
+                seen += 1
+                natural, shown = img["nw"] / img["nh"], img["w"] / img["h"]
+                if abs(shown / natural - 1) > 0.02:
+                    bad.append(f"{rel} image {img['i']} ({img['src'].rsplit('/', 1)[-1]}): "
+                               f"{img['w']:.0f}x{img['h']:.0f} shown, natural "
+                               f"{img['nw']}x{img['nh']} ({shown / natural:.2f}x too wide)")
+                if img["inFigure"]:
+                    handle = page.query_selector_all("main img")[img["i"]]
+                    handle.scroll_into_view_if_needed()
+                    handle.screenshot(path=str(shots / f"{Path(rel).stem}-{img['i']}-{width}.png"))
+        finally:
+            context.close()
+    assert seen, "no image measured at all: the measurement is broken"
+    assert not bad, "images distorted:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("which", ["primary", "secondary"])
+def test_phone_toggles_open_the_navigation(site, html_root, which):
+    """At 390 px the header's sidebar buttons open their panels: the book's table of contents
+    (every chapter reachable) and the page's contents."""
+    rel = "book/ch05_rope.html"
+    if not (html_root / rel).is_file():
+        rel = book_pages(html_root)[0]
+    v, context, page = _open(site, rel, WIDTHS["phone"])
+    try:
+        buttons = [b for b in page.query_selector_all(f".{which}-toggle") if b.is_visible()]
+        assert buttons, f"no visible .{which}-toggle at 390 px on {rel}"
+        buttons[0].click()
+        page.wait_for_timeout(300)
+        dialog = page.query_selector(f"#pst-{which}-sidebar-modal")
+        assert dialog is not None and dialog.evaluate("d => d.open"), (
+            f"tapping the {which} toggle did not open its panel on {rel}")
+        links = dialog.evaluate("d => [...d.querySelectorAll('a')].map(a => a.getAttribute('href'))")
+        if which == "primary":
+            chapters = {p for p in toc_files() if p.startswith("book/ch")}
+            reached = {re.sub(r"^(\.\./)*|\.html.*$", "", h) for h in links if h}
+            reached.add(Path(rel).stem)   # the page itself (its entry links to "#")
+            missing = {c for c in chapters if Path(c).name not in {Path(r).name for r in reached}}
+            assert not missing, f"the phone menu does not reach {sorted(missing)}"
+        else:
+            assert any(h and h.startswith("#") for h in links), "the page contents panel is empty"
+    finally:
+        context.close()
+
+
+DIAGRAM_CHAPTERS = range(1, 8)
+
+
+def test_every_early_chapter_has_a_drawn_diagram(html_root):
+    """Chapters 1-7 each show at least one drawn diagram (an SVG figure of book/figures/)."""
+    missing = []
+    for n in DIAGRAM_CHAPTERS:
+        pages = [p for p in book_pages(html_root) if re.match(rf"book/ch{n:02d}_", p)]
+        if not pages:
+            continue
+        source = (html_root / pages[0]).read_text(encoding="utf-8")
+        figures = re.findall(r'<figure[^>]*>.*?</figure>', source, re.S)
+        images = [img for f in figures for img in re.findall(r"<img\b[^>]*>", f)]
+        if not any(re.search(r'src="[^"]+\.svg"', i) and re.search(r'alt="[^"]+"', i) for i in images):
+            missing.append(pages[0])
+    assert not missing, f"chapters without a drawn diagram (an .svg figure with alt text): {missing}"
+
+
+# Outputs that may run wider than the column at 1280 px, each with its reason. Keys are
+# (page, the start of the output's first line).
+WIDE_OUTPUT_ALLOW: dict[tuple[str, str], str] = {}
+
+_WIDE_OUTPUTS_JS = """
+() => [...document.querySelectorAll('main .cell_output pre, main .output pre')]
+  .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+  .map(pre => pre.innerText.split('\\n')[0].slice(0, 60))
+"""
+
+
+def test_code_outputs_fit_the_column(site, html_root):
+    """At 1280 px no printed output is wider than the text column (no hidden horizontal scroll),
+    except those in WIDE_OUTPUT_ALLOW."""
+    wide = []
+    for rel in book_pages(html_root):
+        v, context, page = _open(site, rel, WIDTHS["desktop"])
+        try:
+            for first in page.evaluate(_WIDE_OUTPUTS_JS):
+                if (rel, first) not in WIDE_OUTPUT_ALLOW:
+                    wide.append(f"{rel}: {first!r}")
+        finally:
+            context.close()
+    assert not wide, f"{len(wide)} outputs wider than the column:\n" + "\n".join(wide)

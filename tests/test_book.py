@@ -1,5 +1,6 @@
 """The book's notebooks follow the course's rules (COURSE_DESIGN.md, "Notebooks")."""
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -45,7 +46,8 @@ def test_structure_and_clean_outputs(path):
         assert c.get("execution_count") is not None, "the notebook is executed and its outputs committed"
         for output in c.get("outputs", []):
             assert output["output_type"] != "error"
-            assert output.get("name") != "stderr", f"stderr output stored in {path.name}: {''.join(output['text'])[:80]}"
+            assert output.get("name") != "stderr", (
+                f"stderr output stored in {path.name}: {''.join(output['text'])[:80]}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -90,3 +92,132 @@ def test_chapter_links_its_terms_to_the_glossary_once(path):
 def test_every_glossary_term_is_linked_from_a_chapter():
     linked = {t for path in NOTEBOOKS for t in term_links(path)}
     assert not [t for t in GLOSSARY_TERMS if t.lower() not in linked]
+
+
+# ------------------------------------------------------------------------------ number guard
+# "Numbers in prose are glued from code, never typed." This guard scans every chapter's markdown
+# for digits outside what may hold them: glue roles and every other role ({glue:text}`...`,
+# {ref}, {eq}, {cite:p}...), math, inline code and code/directive fences, labels, links, and
+# sentences that cite a source (a number quoted from a paper travels with its citation). What is
+# left must match the general allow-list below or a chapter's explicit entry, each with a reason;
+# anything else is a typed-in number and fails the test. (test_number_guard_catches_a_typed_number
+# shows it failing.)
+_FENCE = re.compile(r"^(`{3,}|:{3,})[^\n]*\n.*?^\1[ \t]*$", re.S | re.M)
+_STRIP = [
+    re.compile(r"\$\$.*?\$\$", re.S),                      # display math
+    re.compile(r"(?<!\\)\$[^$\n]+?\$"),                     # inline math
+    re.compile(r"\{[\w:\-]+\}`[^`]*`"),                    # roles: glue, ref, eq, numref, cite, term
+    re.compile(r"`[^`\n]*`"),                               # inline code
+    re.compile(r"^\([\w\-]+\)=[ \t]*$", re.M),              # labels
+    re.compile(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+"),  # link targets
+    re.compile(r"<[^>]+>"),                                 # HTML tags
+    re.compile(r"^[ \t]*\d+\.[ \t]|\|[ \t]*\d+\.[ \t]", re.M),  # list items, chapter rows
+]
+_HEADING_NUMBER = re.compile(r"^(#+)[ \t]+\d+(\.\d+)*\.?[ \t]", re.M)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z{*(\[$_`])")
+NUMBER_ALLOW = [   # (pattern, why a number matching it is not a measurement)
+    (r"\b(1[89]|20)\d\d\b(?![.,]\d)", "years"),
+    (r"\b(Sections?|Chapters?|Exercises?|Homework|Figures?|Tables?|Listings?|Equations?|Parts?|Labs?)"
+     r"\s+\d+(\.\d+)*([–-]\d+(\.\d+)*)?((\s*(,|and|or|to)\s*)+\d+(\.\d+)*)*",
+     "section, chapter, figure and exercise numbers"),
+    (r"\b(Llama|LLaMA|Qwen|GPT|Mistral|Mixtral|Gemma|Phi|DeepSeek)[ -]?\d+(\.\d+)?", "model family names"),
+    (r"(?<![\w.,])\d+(\.\d+)?([xX×]\d+)?[BMKTbm](-A\d+(\.\d+)?[BM])?\b", "model sizes: 7B, 8x7B, 30B-A3B"),
+    (r"\bU\+[0-9A-F]{4,6}\b", "Unicode code points"),
+    (r"(?<![\w.,])\d+-bit\b", "number formats: 16-bit, 32-bit"),
+    (r"\b[A-Za-z][\w-]*\d[\w.-]*", "names with digits: float32, H100, Qwen3, UTF-8"),
+    (r"(?<![\w.,])\d(?!\w|[.,]\d)", "single digits: the constants of definitions (sum to 1, layer 0)"),
+]
+NUMBER_ALLOW_CHAPTER = {   # chapter -> [(pattern, reason)]: numbers typed on purpose
+    "ch02_tokens": [(r"\b25[56]\b", "a byte has 256 values, 0 to 255: a fact of the byte")],
+    "ch06_ffn": [(r"Why 11008", "the heading names LLaMA-7B's published FFN width; the section computes it")],
+    "ch11_lab": [
+        (r"\b256 single bytes", "the 256 values of a byte"),
+        (r"\b65,536 tokens|need 32 bits", "2^16 ids fit 16-bit integers; Llama 3's vocabulary needs 32 bits"),
+        (r"windows of 512 tokens, batches of 64 and 5,000 steps|uses\s+1e-3",
+         "the GPU alternative, a comment in the parameters cell that nothing runs"),
+        (r"0\.95 rather than the usual 0\.999", "AdamW's published beta_2 (LLaMA) and Adam's default"),
+        (r"\b10%\s+rather\s+than\s+at\s+zero|decay\s+to\s+10%|decay\s+0\.1\s+on|clipping\s+at\s+1\.0",
+         "LLaMA's published recipe (Section 11.4 cites it)"),
+        (r"Chinchilla's 20|\b20 tokens per parameter|the 20-token rule",
+         "Chinchilla's published rule (Section 11.9 cites it)"),
+        (r"a 90/10 split", "the package's default split (llama_course.data.split)"),
+    ],
+}
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?")
+
+
+def typed_numbers(markdown: str, allow=()) -> list[tuple[str, str]]:
+    """The numbers of ``markdown`` that no rule explains, each with a little context."""
+    paragraphs = []
+    for para in re.split(r"\n\s*\n", _FENCE.sub(" ", markdown)):
+        if "{cite:" in para:   # a sentence that cites its source may quote the source's numbers
+            para = " ".join(s for s in _SENTENCE.split(para) if "{cite:" not in s)
+        for rx in _STRIP:
+            para = rx.sub(" ", para)
+        paragraphs.append(_HEADING_NUMBER.sub(r"\1 ", para))
+    text = "\n\n".join(paragraphs)
+    for pattern, _ in [*allow, *NUMBER_ALLOW]:   # a chapter's phrases first, whole
+        text = re.sub(pattern, lambda m: " " * len(m.group(0)), text)
+    return [(m.group(0).rstrip(","), " ".join(text[max(0, m.start() - 50):m.end() + 30].split()))
+            for m in _NUMBER.finditer(text)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_typed_numbers_in_prose(path):
+    markdown = "\n\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    found = typed_numbers(markdown, NUMBER_ALLOW_CHAPTER.get(path.stem, ()))
+    assert not found, (f"{path.name}: numbers typed into the prose (glue them from code, or allow them "
+                       f"in NUMBER_ALLOW_CHAPTER with a reason):\n"
+                       + "\n".join(f"  {n!r} in ...{ctx}..." for n, ctx in found))
+
+
+def test_number_guard_catches_a_typed_number():
+    typed = "A decode step of Llama-2 7B reads 13.5 GB and takes 4.02 ms on an H100."
+    assert [n for n, _ in typed_numbers(typed)] == ["13.5", "4.02"]
+    assert [n for n, _ in typed_numbers("The cache holds 1,024 positions.")] == ["1,024"]
+    # the same facts glued, in math, in code, quoted with a citation, or as names, pass
+    fine = ("(ch08-x)=\n## 8.6 The roofline\n\n"
+            "A decode step of Llama-2 7B reads {glue:text}`dc_gb:.2f` GB ($T = 4096$, `max_len=4096`)\n"
+            "in float16 on an H100, as Section 8.3 and {numref}`fig-ch08-roofline` show. The paper\n"
+            "reports 1.4T tokens {cite:p}`hoffmann2022training`. In 2023 it was sum to 1.\n\n"
+            "```python\nx = 13.5\n```\n")
+    assert typed_numbers(fine) == []
+    # a chapter's explicit entry allows exactly its phrase, not the number elsewhere
+    allow = [(r"windows of 512 tokens", "the GPU alternative")]
+    assert typed_numbers("windows of 512 tokens", allow) == []
+    assert [n for n, _ in typed_numbers("a loss of 512 nats", allow)] == ["512"]
+
+
+# ------------------------------------------------------------------------------ drawn diagrams
+FIGURES = REPO / "book" / "figures"
+DIAGRAM = re.compile(r"```\{figure\} (figures/[\w-]+\.svg)\n((?::\w+: [^\n]*\n)*)\n(.+?)\n```", re.S)
+
+
+def load_diagrams():
+    spec = importlib.util.spec_from_file_location("make_diagrams", FIGURES / "make_diagrams.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_diagram_files_are_what_the_script_draws():
+    drawn = load_diagrams().render()
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in FIGURES.glob("*.svg")}
+    assert drawn == on_disk, "book/figures/*.svg differ from make_diagrams.py: run it and commit"
+    for name, svg in drawn.items():
+        assert "<title>" in svg and "<desc>" in svg, f"{name}: no title/description for screen readers"
+        assert "http" not in svg.replace("http://www.w3.org/2000/svg", ""), f"{name} loads something"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_drawn_diagrams_have_alt_text_captions_and_a_reference(path):
+    markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    found = DIAGRAM.findall(markdown)
+    if int(path.stem[2:4]) <= 7:
+        assert found, f"{path.name}: chapters 1-7 each show at least one drawn diagram"
+    for target, options, caption in found:
+        assert (REPO / "book" / target).is_file(), f"{path.name}: {target} does not exist"
+        name = re.search(r":name: (\S+)", options)
+        assert name and re.search(r":alt: \S", options), f"{path.name}: {target} without name or alt text"
+        assert caption.strip(), f"{path.name}: {target} without a caption"
+        assert f"{{numref}}`{name.group(1)}`" in markdown, f"{path.name}: the text never refers to {name.group(1)}"

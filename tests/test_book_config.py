@@ -70,3 +70,48 @@ def test_numbers_per_chapter():
     assert env.course_raw_fignumbers == raw
     ext.restore_raw_numbers(app=None, env=env)
     assert env.toc_fignumbers == raw
+
+
+def load_site_extension():
+    path = REPO / "book" / "_ext" / "course_site.py"
+    spec = importlib.util.spec_from_file_location("course_site", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_registers_the_site_extension_and_a_favicon():
+    config = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["local_extensions"]["course_site"] == "book/_ext"
+    assert (REPO / config["html"]["favicon"]).is_file()
+    for name in ("course.css", "course.js"):
+        assert (REPO / "book" / "_static" / name).is_file()
+
+
+def test_inline_scripts_are_emitted_once():
+    """Sphinx 7.4 lists an extension's inline script twice (file name None and ''): the
+    second copy of sphinx-thebe's `const THEBE_JS_URL` threw on every page."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    ext = load_site_extension()
+    thebe = "const THEBE_JS_URL = 'x'"
+    scripts = [_JavaScript("a.js"), _JavaScript(None, body=thebe), _JavaScript("b.js"),
+               _JavaScript("", body=thebe), _JavaScript("", body="other()")]
+    context = {"script_files": list(scripts)}
+    ext.dedupe_scripts(None, "page", "page.html", context, None)
+    kept = context["script_files"]
+    assert [js.attributes.get("body") for js in kept].count(thebe) == 1
+    assert len(kept) == 4 and kept[0].filename == "a.js" and kept[-1].attributes["body"] == "other()"
+
+
+def test_static_folder_is_served():
+    ext = load_site_extension()
+    config = SimpleNamespace(html_static_path=["elsewhere"])
+    ext.add_static(None, config)
+    assert config.html_static_path[0] == "elsewhere"
+    assert Path(config.html_static_path[-1]) == REPO / "book" / "_static"
+
+
+def test_stylesheet_keeps_images_in_proportion():
+    css = (REPO / "book" / "_static" / "course.css").read_text(encoding="utf-8")
+    assert re.search(r"\.bd-content img[^{]*\{[^}]*height:\s*auto !important", css)
