@@ -65,7 +65,7 @@ test: lint test-unit test-package test-notebooks test-book test-site-if-browser
 # Package unit tests; graded tests against the key (must score 100%); in the instructor's tree,
 # exercises/ in sync with solutions/ and the grader end to end.
 test-unit: install
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist load tests --impl=$(IMPL)
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope tests --impl=$(IMPL)
 	$(if $(wildcard solutions/*.py),$(PY) -m llama_course.grade.stubs --check)
 
 # The same graded tests against the package's reference implementation.

@@ -21,3 +21,29 @@ def realistic_weights_(model: nn.Module, std: float = 0.2, norm_std: float = 0.1
         else:
             p.copy_(std * torch.randn_like(p))
     return model
+
+
+class ConstantLogits(nn.Module):
+    """A toy language model for tests of decoding rules: the same next-token logits (V,) at every
+    position, whatever came before. ids (B, T) -> logits (B, T, V)."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.register_buffer("row", logits)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.row.expand(ids.shape[0], ids.shape[1], -1)
+
+
+class LastTwoTokens(nn.Module):
+    """A toy language model whose next-token logits depend on the last two tokens only:
+    table (K, K, V), looked up at (previous token mod K, token mod K). ids (B, T) -> (B, T, V)."""
+
+    def __init__(self, table: torch.Tensor):
+        super().__init__()
+        self.register_buffer("table", table)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        k = self.table.shape[0]
+        prev = torch.cat([ids[:, :1], ids[:, :-1]], dim=1)                 # (B, T)
+        return self.table[prev % k, ids % k]                               # (B, T, V)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llama_course import PRESETS, LlamaConfig
-from llama_course.grade.testing import realistic_weights_
+from llama_course.grade.testing import ConstantLogits, realistic_weights_
 from llama_course.model import Llama
 
 from ._checks import assert_close, assert_equal
@@ -178,20 +178,9 @@ def test_kv_cache_bytes(impl):
         assert got == expected, f"{what}: got {got:,} bytes, expected {expected:,} (keys AND values, every layer)"
 
 
-class _ConstantModel(torch.nn.Module):
-    """Next-token log-probabilities that ignore the prefix."""
-
-    def __init__(self, logits):
-        super().__init__()
-        self.register_buffer("row", logits)
-
-    def forward(self, ids):
-        return self.row.expand(ids.shape[0], ids.shape[1], -1)
-
-
 @pytest.mark.graded(BEAM, points=1, kind="homework")
 def test_beam_search_worked_example(impl):
-    model = _ConstantModel(torch.tensor([0.0, 2.0, 1.0, -1.0]))
+    model = ConstantLogits(torch.tensor([0.0, 2.0, 1.0, -1.0]))
     out = impl.beam_search(model, torch.tensor([[3, 0]]), num_beams=2, max_new_tokens=3)
     assert out.tolist() == [[3, 0, 1, 1, 1]], f"the docstring's example: got {out.tolist()}, expected [[3, 0, 1, 1, 1]]"
 

@@ -12,6 +12,8 @@ import pytest
 import torch
 from graded._checks import assert_close, assert_equal
 
+from llama_course.grade.testing import LastTwoTokens
+
 PACKAGE_MODULES = ["llama_course.kv_cache", "llama_course.generate", "llama_course.cost"]
 
 BEAM = "Homework 8.A beam_search"
@@ -34,22 +36,10 @@ def test_beam_search_matches_transformers(impl, hf_llama_and_ours, num_beams):
                  f"beam search")
 
 
-class Bigram(torch.nn.Module):
-    """A toy model whose next-token logits depend on the last two tokens only."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.register_buffer("table", table)
-
-    def forward(self, ids):
-        prev = torch.cat([ids[:, :1], ids[:, :-1]], dim=1)
-        return self.table[prev % 5, ids % 5]
-
-
 @pytest.mark.graded(BEAM, points=2, kind="homework")
 def test_beam_search_wide_enough_is_exhaustive(impl):
     torch.manual_seed(22)
-    model = Bigram(torch.randn(5, 5, 6) * 2)                  # next-token logits depend on the last two tokens
+    model = LastTwoTokens(torch.randn(5, 5, 6) * 2)                  # next-token logits depend on the last two tokens
     prompt = torch.tensor([[1, 2]])
     best, best_score = None, -float("inf")
     for tail in itertools.product(range(6), repeat=2):        # every continuation of 2 tokens
