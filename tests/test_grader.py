@@ -215,7 +215,8 @@ def test_list_works_in_a_student_release(tmp_path):
     shutil.copytree(REPO / "exercises", release / "exercises")
     (release / "tests" / "graded").mkdir(parents=True)
     shutil.copy(REPO / "tests" / "conftest.py", release / "tests")
-    shutil.copy(REPO / "tests" / "graded" / "test_ch04_attention.py", release / "tests" / "graded")
+    for name in ("__init__.py", "_checks.py", "test_ch04_attention.py"):   # a package: tests/hidden shares names
+        shutil.copy(REPO / "tests" / "graded" / name, release / "tests" / "graded")
     shutil.copy(CASES / "semantics" / "test_ch97_semantics.py", release / "tests" / "graded")
     run = grade("--list", cwd=release, env={"PYTHONPATH": str(release)})
     assert run.returncode == 0, run.stderr
