@@ -142,6 +142,14 @@ NUMBER_ALLOW_CHAPTER = {   # chapter -> [(pattern, reason)]: numbers typed on pu
          "Chinchilla's published rule (Section 11.9 cites it)"),
         (r"a 90/10 split", "the package's default split (llama_course.data.split)"),
     ],
+    "ch12_after_llama": [
+        (r"a name that\s+appeared 20,000 tokens earlier", "the distance a question poses, chosen by hand"),
+    ],
+    "ch13_parallel": [
+        (r"one process with 16 rows if rank 0 had 10 rows",
+         "the rows of a question's made-up split (8 + 8 against 10 + 6); the answer works them out"),
+        (r"key/value heads on 16 GPUs", "the sizes a question poses: more GPUs than key/value heads"),
+    ],
 }
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?")
 
