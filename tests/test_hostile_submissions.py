@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from llama_course.grade.plugin import package_uses, reference_names
+from llama_course.grade.sandbox import closed_folder
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "grader_cases"
-needs_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                                reason="the sandbox user needs a Linux grader running as root")
+needs_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0
+                                or closed_folder(REPO) is not None,
+                                reason="the sandbox user needs a Linux grader running as root, and a course "
+                                       f"folder other users can enter ({closed_folder(REPO)} cannot be)")
 
 FORGED = json.dumps({"score": 1000, "max_score": 2, "tests": []})
 
@@ -283,3 +286,16 @@ def test_static_check_leaves_allowed_code_alone():
     assert not set(uses) & set(reference_names("Exercise 4.1 softmax"))
     assert set(reference_names("Exercise 8.1 KVCache.update")) >= {"KVCache.update", "KVCache"}
     assert "Attention" in reference_names("Exercise 4.6 multi_head_attention")
+
+
+def test_a_course_in_a_closed_folder_is_found(tmp_path):
+    """A grader running as root in a folder others cannot enter (e.g. /root, pytest's tmp) would
+    start workers that cannot import the course: it must notice (and grade as its own user)."""
+    inner = tmp_path / "open" / "closed" / "course"
+    inner.mkdir(parents=True)
+    for folder in (tmp_path, tmp_path / "open", inner):
+        folder.chmod(0o755)
+    (tmp_path / "open" / "closed").chmod(0o700)
+    assert closed_folder(inner) == tmp_path / "open" / "closed"
+    (tmp_path / "open" / "closed").chmod(0o755)
+    assert closed_folder(inner) in (None, *tmp_path.parents)   # pytest's own tmp root may be closed

@@ -103,6 +103,14 @@ class Confinement:
 # Choosing the confinement (the grader, once)
 # --------------------------------------------------------------------------------------------
 
+def closed_folder(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that other users may not enter (no o+x), or None."""
+    for folder in reversed([path, *path.parents]):
+        if folder.is_dir() and not folder.stat().st_mode & 0o001:
+            return folder
+    return None
+
+
 def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
             same_user: bool = False) -> tuple[Confinement, list[str]]:
     """The strongest confinement this machine allows, and warnings about what is missing.
@@ -110,8 +118,11 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
     As root: a user id of this grader run's own (UID_BASE + the grader's pid: no other process,
     no other grader run, no file uses it), else the named user SANDBOX_USER (created if missing)."""
     hide = [str(p) for p in hide if os.path.lexists(p)]
-    if same_user or not sys.platform.startswith("linux") or os.geteuid() != 0:
-        why = "--same-user was given" if same_user else "the grader is not running as root"
+    closed = None if same_user or os.name != "posix" else closed_folder(Path(__file__).resolve().parents[2])
+    if same_user or not sys.platform.startswith("linux") or os.geteuid() != 0 or closed:
+        why = ("--same-user was given" if same_user else "the grader is not running as root" if not closed else
+               f"{closed} is closed to other users (mode {oct(closed.stat().st_mode & 0o777)}), so an "
+               f"unprivileged user could not read the course; put it in a folder others can enter")
         return Confinement(memory_limit=memory_limit), [
             f"student code runs as your own user ({why}): it can read your files (the key included) "
             f"and signal the grader. That is fine for checking your own work; grade other people's "
