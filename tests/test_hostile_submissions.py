@@ -288,14 +288,18 @@ def test_static_check_leaves_allowed_code_alone():
     assert "Attention" in reference_names("Exercise 4.6 multi_head_attention")
 
 
-def test_a_course_in_a_closed_folder_is_found(tmp_path):
+def test_a_course_in_a_closed_folder_is_found():
     """A grader running as root in a folder others cannot enter (e.g. /root, pytest's tmp) would
     start workers that cannot import the course: it must notice (and grade as its own user)."""
-    inner = tmp_path / "open" / "closed" / "course"
-    inner.mkdir(parents=True)
-    for folder in (tmp_path, tmp_path / "open", inner):
-        folder.chmod(0o755)
-    (tmp_path / "open" / "closed").chmod(0o700)
-    assert closed_folder(inner) == tmp_path / "open" / "closed"
-    (tmp_path / "open" / "closed").chmod(0o755)
-    assert closed_folder(inner) in (None, *tmp_path.parents)   # pytest's own tmp root may be closed
+    root = Path(tempfile.mkdtemp())            # in the system's temporary folder, which anyone enters
+    try:
+        inner = root / "open" / "closed" / "course"
+        inner.mkdir(parents=True)
+        for folder in (root, root / "open", inner):
+            folder.chmod(0o755)
+        (root / "open" / "closed").chmod(0o700)
+        assert closed_folder(inner) == root / "open" / "closed"
+        (root / "open" / "closed").chmod(0o755)
+        assert closed_folder(inner) is None
+    finally:
+        shutil.rmtree(root)
