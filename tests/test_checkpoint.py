@@ -42,6 +42,22 @@ def saved(request, tmp_path_factory):
     return model, path
 
 
+def test_left_padding_matches(saved):
+    reference, path = saved
+    ours = Llama.from_hf(path)
+    ids = torch.randint(0, reference.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[0, :3] = 0                                  # row 0: 3 pads, then 6 real tokens
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)   # each row's first real token is 0
+    with torch.no_grad():
+        expected = reference(ids, attention_mask=attention_mask, position_ids=positions).logits
+        logits = ours(ids, attention_mask=attention_mask)
+    real = attention_mask.bool()
+    torch.testing.assert_close(logits[real], expected[real], rtol=1e-5, atol=1e-5)
+    alone = ours(ids[:1, 3:])                                  # the padded row, unpadded, alone
+    torch.testing.assert_close(logits[0, 3:], alone[0], rtol=1e-5, atol=1e-5)
+
+
 def test_from_hf_logits_match(saved, device):
     reference, path = saved
     ours = Llama.from_hf(path, device=device)
