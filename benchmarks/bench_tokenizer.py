@@ -14,20 +14,10 @@ outputs are checked to be identical before any time is reported.
 import argparse
 import os
 import platform
-import statistics
-import time
 
+from llama_course.cost import best_time
 from llama_course.tokenizer import LLAMA3_PATTERN, LLAMA3_SPECIAL_TOKENS, llama3_tokenizer
 from llama_course.tokenizer.llama3 import llama3_ranks_path, load_tiktoken_ranks
-
-
-def time_it(function, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():
@@ -45,7 +35,7 @@ def main():
                                   special_tokens={t: len(ranks) + i for i, t in enumerate(LLAMA3_SPECIAL_TOKENS)})
     ours = llama3_tokenizer()
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, one core; "
-          f"tiktoken {tiktoken.__version__}; text = {args.text!r} * n; median of {args.repeats}")
+          f"tiktoken {tiktoken.__version__}; text = {args.text!r} * n; best of {args.repeats} after a warm-up")
     print(f"{'n':>7} {'course (s)':>11} {'tiktoken (s)':>13} {'ratio':>7} {'course s / n, x1e6':>19}")
 
     def encode(text):
@@ -55,8 +45,8 @@ def main():
     for n in args.lengths:
         text = args.text * n
         assert encode(text) == reference.encode(text), f"outputs differ at n = {n}"
-        course = time_it(lambda: encode(text), args.repeats)
-        theirs = time_it(lambda: reference.encode(text), args.repeats)
+        course = best_time(lambda: encode(text), "cpu", args.repeats)
+        theirs = best_time(lambda: reference.encode(text), "cpu", args.repeats)
         print(f"{n:>7} {course:>11.4f} {theirs:>13.5f} {course / theirs:>7.0f} {course / n * 1e6:>19.1f}")
 
 

@@ -5,6 +5,7 @@ Oracle: torch's own count of real layers built on the meta device.
 
 import pytest
 import torch
+from graded.test_ch01_anatomy import SMALL as PUBLIC_SMALL
 from torch import nn
 
 from llama_course import LlamaConfig
@@ -35,12 +36,8 @@ def _torch_count(config: LlamaConfig) -> int:
     return sum(p.numel() for part in parts for p in part.parameters())
 
 
-SMALL = [
-    LlamaConfig(vocab_size=100, d_model=64, n_layers=2, n_heads=4),
-    LlamaConfig(vocab_size=257, d_model=96, n_layers=3, n_heads=6, n_kv_heads=2, d_ff=200),
-    LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=8, n_kv_heads=1, tie_embeddings=True),
-    LlamaConfig(vocab_size=64, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=80,
-                n_experts=4, n_experts_per_token=2),
+SMALL = [   # the public tests' small configs, and one more with QK-norm and a wider head
+    *PUBLIC_SMALL,
     LlamaConfig(vocab_size=80, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, d_ff=96,
                 qk_norm=True, tie_embeddings=True),
 ]
