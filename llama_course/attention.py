@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_int, check_one_of, check_positive_int, check_tensor
+from .checks import argument_check, check_int, check_one_of, check_positive_int, check_tensor
 from .config import LlamaConfig
 from .linear import Linear
 
@@ -65,6 +65,7 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 
+@argument_check
 def check_attention_mask(attention_mask) -> None:
     """A (batch, seq) tensor of integers or booleans, every entry 0 or 1 (meta tensors are not read)."""
     check_tensor("attention_mask", attention_mask, 2)
@@ -88,6 +89,7 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+@argument_check
 def check_attention_inputs(q, k, v, mask, backend: str, kv_groups: int = 1) -> None:
     """q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) floating tensors on one device, d >= 1,
     L_k >= 1; ``mask`` boolean, broadcasting to the scores; ``kv_groups`` query heads per K/V head."""
@@ -147,13 +149,17 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     key gets zeros (the kernels give NaN), and a NaN in q or in a key it sees gives NaN (the kernels
     skip it and give zeros)."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)  # (..., L_q, d_v)
+    groups = q.shape[-3] // k.shape[-3] if enable_gqa else 1
     nan_key = k.isnan().any(-1)                                                            # (..., H_kv, L_k)
-    if enable_gqa:
-        nan_key = nan_key.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-2)           # (..., H, L_k)
-    seen = mask if mask is not None else torch.ones_like(nan_key[..., None, :])             # (..., L_q, L_k)
-    nan = q.isnan().any(-1, keepdim=True) | (nan_key[..., None, :] & seen).any(-1, keepdim=True)  # (..., L_q, 1)
-    out = out.masked_fill(nan, float("nan"))
-    return out if mask is None else out.masked_fill(~seen.any(-1, keepdim=True), 0.0)
+    if mask is None:                                               # every query sees every key (decode)
+        nan_head = nan_key.any(-1, keepdim=True)[..., None]                                # (..., H_kv, 1, 1)
+        if groups > 1:
+            nan_head = nan_head.repeat_interleave(groups, dim=-3)                          # (..., H, 1, 1)
+        return out.masked_fill(q.isnan().any(-1, keepdim=True) | nan_head, float("nan"))  # NaN rows
+    if groups > 1:
+        nan_key = nan_key.repeat_interleave(groups, dim=-2)                                # (..., H, L_k)
+    nan = q.isnan().any(-1, keepdim=True) | (nan_key[..., None, :] & mask).any(-1, keepdim=True)  # (..., L_q, 1)
+    return out.masked_fill(nan, float("nan")).masked_fill(~mask.any(-1, keepdim=True), 0.0)
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -163,6 +169,7 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, D/H)
 
 
+@argument_check
 def _check_split(x, n_heads) -> None:
     check_tensor("x", x, 3)
     if check_positive_int("n_heads", n_heads) and x.shape[-1] % n_heads:

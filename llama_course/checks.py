@@ -11,17 +11,27 @@ numbers), so a caller may use the clean value.
 The book's functions call these in a single line before their maths, e.g.::
 
     check_tensor("x", x, floating=True)
+
+Checked once, at the door. ``Llama.forward`` checks its own arguments and then runs every layer
+inside ``trusted()``: there the checks of the inner calls (norms, attention, the cache) pass
+without looking, because their inputs are tensors the model made itself. A check costs a few
+microseconds of Python; a decode step of a small model would otherwise make about seventy of them.
+Called on its own, every function and module checks its arguments as usual.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 
 __all__ = [
+    "argument_check",
     "check_bool",
     "check_finite",
     "check_int",
@@ -33,7 +43,31 @@ __all__ = [
     "check_tensor",
     "check_token_ids",
     "check_type",
+    "trusted",
 ]
+
+_TRUSTED = contextvars.ContextVar("llama_course_trusted", default=False)
+
+
+@contextmanager
+def trusted() -> Iterator[None]:
+    """Inside this block the package's argument checks pass without looking (see the module's
+    docstring). For a caller that has checked its own inputs: Llama.forward, the decode loop."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def argument_check(check: Callable[..., None]) -> Callable[..., None]:
+    """Decorator for a function that only checks arguments (and returns None): skipped inside
+    :func:`trusted`."""
+    @functools.wraps(check)
+    def checked(*args, **kwargs) -> None:
+        if not _TRUSTED.get():
+            check(*args, **kwargs)
+    return checked
 
 
 def _type_name(value) -> str:
@@ -65,6 +99,8 @@ def _check_bounds(name: str, value, what: str, low, high, low_open: bool, high_o
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
     """An int (Python, NumPy or a 0-d integer tensor; not bool) in [low, high]. Returns a Python int."""
+    if _TRUSTED.get():
+        return value
     is_int_tensor = (isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point()
                      and not value.is_complex() and value.dtype != torch.bool)
     if _is_bool(value) or not (isinstance(value, numbers.Integral) or is_int_tensor):
@@ -83,6 +119,8 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
                  low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
     """A real number (int or float of any library; not bool), finite unless ``finite=False``, within
     [low, high] (``low_open``/``high_open`` exclude the end). NaN is always rejected. Returns it."""
+    if _TRUSTED.get():
+        return value
     is_real_tensor = isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_complex() \
         and value.dtype != torch.bool
     if _is_bool(value) or not (isinstance(value, numbers.Real) or is_real_tensor):
@@ -121,6 +159,8 @@ def check_bool(name: str, value) -> bool:
 
 def check_type(name: str, value, kind: type | tuple[type, ...]):
     """An instance of ``kind`` (a class or a tuple of classes)."""
+    if _TRUSTED.get():
+        return value
     if not isinstance(value, kind):
         names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise TypeError(f"{name} must be a {names}, got {_type_name(value)}")
@@ -129,6 +169,8 @@ def check_type(name: str, value, kind: type | tuple[type, ...]):
 
 def check_one_of(name: str, value, options: Iterable):
     """One of ``options`` (compared with ==). A value of another type than the options -> TypeError."""
+    if _TRUSTED.get():
+        return value
     options = tuple(options)
     types = {type(option) for option in options}
     if options and not isinstance(value, tuple(types)):
@@ -151,6 +193,8 @@ def check_tensor(name: str, value, ndim: int | None = None, *, min_ndim: int | N
     """A torch.Tensor; optionally of exactly ``ndim`` or at least ``min_ndim`` dimensions, of
     ``shape``, floating-point (float16/bfloat16/float32/float64: not int, bool or complex) or
     integer (not bool), and on the same device as the tensor ``like`` (named ``like_name``)."""
+    if _TRUSTED.get():
+        return value
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_type_name(value)}")
     for wanted, kind in ((floating, "floating"), (integer, "integer")):

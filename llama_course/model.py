@@ -21,8 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention import BACKENDS, MultiHeadAttention, causal_mask, merge_heads, padding_mask
-from .checks import check_one_of, check_tensor, check_token_ids, check_type
+from .attention import BACKENDS, MultiHeadAttention, causal_mask, check_attention_mask, merge_heads, padding_mask
+from .checks import check_one_of, check_tensor, check_token_ids, check_type, trusted
 from .config import LlamaConfig
 from .gqa import gqa_attention
 from .kv_cache import KVCache
@@ -187,35 +187,59 @@ class Llama(nn.Module):
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`forward` without its argument checks, for inputs known to be valid: the decode
         loop's own tokens (Chapter 8). On a GPU a check that reads values (token ids in range)
-        makes the CPU wait for the GPU, and a decode step would pay that wait every time."""
-        past = cache.length if cache is not None else 0
-        mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
-                                        positions=positions)                       # (B, 1, T, T_kv), (B, T)
-        angles = self.rotary.rows(positions)            # RoPE's cos, sin (..., T, hd/2), once for all layers
-        x = self.embed_tokens(input_ids)                                           # (B, T, d)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, mask, angles, cache, i)                                   # (B, T, d)
-        if cache is not None:
-            cache.advance()
-        return self.lm_head(self.norm(x))                                          # (B, T, V)
+        makes the CPU wait for the GPU, and a decode step would pay that wait every time. The
+        layers run inside ``trusted()``: their inputs are the model's own tensors (checks.py)."""
+        with trusted():
+            past = cache.length if cache is not None else 0
+            mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
+                                            positions=positions)                   # (B, 1, T, T_kv), (B, T)
+            angles = self.rotary.rows(positions)        # RoPE's cos, sin (..., T, hd/2), once for all layers
+            x = self.embed_tokens(input_ids)                                       # (B, T, d)
+            for i, layer in enumerate(self.layers):
+                x = layer(x, mask, angles, cache, i)                               # (B, T, d)
+            if cache is not None:
+                cache.advance()
+            return self.lm_head(self.norm(x))                                      # (B, T, V)
 
     def _check_inputs(self, input_ids, positions, cache, attention_mask) -> None:
         check_token_ids("input_ids", input_ids, self.config.vocab_size, like=self.embed_tokens.weight,
                         like_name="the model's weights")
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
+        if cache is not None:
+            self._check_cache(cache, input_ids)
         end = (cache.length if cache is not None else 0) + input_ids.shape[1]
         if positions is not None:
             check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
             check_positions(positions, self.config.max_seq_len)
+            if positions.shape[-1] != input_ids.shape[1] or positions.shape[:-1] not in ((), input_ids.shape[:1]):
+                raise ValueError(f"positions must be (seq,) or (batch, seq) for input_ids {tuple(input_ids.shape)}, "
+                                 f"got shape {tuple(positions.shape)}")
         elif end > self.config.max_seq_len:   # the default positions: known here without reading a tensor
             raise ValueError(f"positions must be in [0, {self.config.max_seq_len}) (max_seq_len), got up to {end - 1}")
         if attention_mask is not None:
-            check_tensor("attention_mask", attention_mask, 2)     # dtype and 0/1 values: padding_mask
+            check_attention_mask(attention_mask)                  # (B, T) of 0/1 integers or booleans
             expected = (input_ids.shape[0], (cache.length if cache is not None else 0) + input_ids.shape[1])
             if tuple(attention_mask.shape) != expected:
                 raise ValueError(f"attention_mask must be (batch, past + new) = {expected}, "
                                  f"got {tuple(attention_mask.shape)}")
+
+    def _check_cache(self, cache, input_ids) -> None:
+        """The cache's own update checks run inside ``trusted()``, so forward checks it once here."""
+        check_type("cache", cache, KVCache)
+        if cache.n_layers != self.config.n_layers or cache.batch_size != input_ids.shape[0]:
+            raise ValueError(f"cache must be made for this model and batch ({self.config.n_layers} layers, batch "
+                             f"{input_ids.shape[0]}), got {cache.n_layers} layers, batch {cache.batch_size}")
+        buffer = cache.keys[0] if cache.keys else None
+        if buffer is not None and buffer.dtype != self.embed_tokens.weight.dtype:
+            raise TypeError(f"cache holds {buffer.dtype} but the model computes in {self.embed_tokens.weight.dtype}: "
+                            f"make the cache with the model's dtype")
+        if buffer is not None and buffer.device != input_ids.device:
+            raise ValueError(f"all inputs must be on one device, got cache on {buffer.device}, "
+                             f"input_ids on {input_ids.device}")
+        if cache.length + input_ids.shape[1] > cache.max_seq_len:
+            raise ValueError(f"the KV cache holds {cache.max_seq_len} positions (its capacity); {cache.length} are "
+                             f"filled and {input_ids.shape[1]} more do not fit")
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:

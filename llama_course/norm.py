@@ -13,11 +13,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import check_positive_int, check_positive_number, check_tensor
-
-HUGE = 2.0 ** 60  # rows with |x| above this are divided by their largest |x| first: x^2 would overflow float32
+from .checks import argument_check, check_positive_int, check_positive_number, check_tensor
 
 
+@argument_check
 def _check_norm(x, weight, eps, bias=None) -> None:
     check_tensor("x", x, min_ndim=1, floating=True)
     check_tensor("weight", weight, shape=x.shape[-1:], like=x, like_name="x")
@@ -31,14 +30,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
     As in LLaMA: the statistics are computed in float32 (at least), the result is cast back to x's
     dtype, and only then multiplied by the weight. Returns x's dtype. x (..., d), weight (d,).
-    A row whose squares would overflow is first divided by its largest |x| (s = 1 for every other
-    row, which leaves them bit for bit as LLaMA computes them).
+    Limit, as in LLaMA and Hugging Face: in float32, x^2 overflows for |x| above about 1.8e19, and
+    such a row comes out as zeros. Activations of a working model are many orders of magnitude
+    smaller; a float64 input computes in float64 and has no such limit.
     """
     _check_norm(x, weight, eps)
     h = x.to(torch.promote_types(x.dtype, torch.float32))          # (..., d) at least float32
-    s = h.abs().amax(-1, keepdim=True)                              # (..., 1) largest |x| of the row
-    s = torch.where(s > HUGE, s, torch.ones_like(s))                # (..., 1) 1 unless x^2 would overflow
-    inv_rms = torch.rsqrt((h / s).pow(2).mean(-1, keepdim=True) + eps / s**2) / s  # (..., 1) 1 / RMS(x)
+    inv_rms = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)   # (..., 1) 1 / RMS(x)
     return (weight * (h * inv_rms).to(x.dtype)).to(x.dtype)        # (..., d) gamma after the cast back
 
 

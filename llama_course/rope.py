@@ -25,7 +25,15 @@ import math
 import torch
 from torch import nn
 
-from .checks import check_int, check_number, check_one_of, check_positive_int, check_positive_number, check_tensor
+from .checks import (
+    argument_check,
+    check_int,
+    check_number,
+    check_one_of,
+    check_positive_int,
+    check_positive_number,
+    check_tensor,
+)
 
 LAYOUTS = ("interleaved", "half")
 ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "llama3")
@@ -101,7 +109,8 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = N
     return inv_freq
 
 
-def check_positions(positions, max_seq_len: int | None = None) -> torch.Tensor:
+@argument_check
+def check_positions(positions, max_seq_len: int | None = None) -> None:
     """An integer tensor of positions, (seq,) or (batch, seq): each in [0, max_seq_len) for a table
     of that many rows, else within float32's exact integers, |m| < 2^24 (negative positions rotate
     backwards). One device-to-host copy on a GPU; meta tensors hold no values."""
@@ -113,7 +122,6 @@ def check_positions(positions, max_seq_len: int | None = None) -> torch.Tensor:
         bound = "max_seq_len" if max_seq_len is not None else "float32 angles are exact only up to 2^24"
         raise ValueError(f"positions must be in [{low}, {high}) ({bound}), got "
                          f"[{int(positions.min())}, {int(positions.max())}]")
-    return positions
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float = 10000.0, scaling: dict | None = None,
@@ -148,6 +156,7 @@ def _broadcast_angles(cos, sin, x):
     return cos, sin
 
 
+@argument_check
 def _check_rope_input(x, positions, layout) -> None:
     check_tensor("x", x, min_ndim=2, floating=True)
     check_one_of("layout", layout, LAYOUTS)
@@ -172,6 +181,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
     return _rotate(x, cos, sin, layout)
 
 
+@argument_check
 def _check_qk_weight(w, n_heads) -> None:
     check_tensor("w", w, 2)
     if check_positive_int("n_heads", n_heads) and w.shape[0] % n_heads:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from llama_course.checks import (
+    argument_check,
     check_bool,
     check_finite,
     check_int,
@@ -16,6 +17,7 @@ from llama_course.checks import (
     check_positive_number,
     check_same_device,
     check_tensor,
+    trusted,
 )
 
 
@@ -100,3 +102,34 @@ def test_device_mismatch_including_meta():
     with pytest.raises(ValueError, match="weight on meta"):
         check_tensor("weight", meta, like=cpu, like_name="x")
     assert check_same_device(a=cpu, b=None, c=cpu) == torch.device("cpu")
+
+
+def test_trusted_skips_checks_only_inside_and_is_restored_after_an_error():
+    @argument_check
+    def check_even(name, value):
+        if value % 2:
+            raise ValueError(f"{name} must be even, got {value}")
+
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        check_tensor("x", 3)
+    with pytest.raises(ValueError, match="n must be even"):
+        check_even("n", 3)
+    with trusted():
+        assert check_tensor("x", 3) == 3 and check_int("k", "7") == "7"   # passed through, unread
+        assert check_even("n", 3) is None
+    with pytest.raises(RuntimeError), trusted():
+        raise RuntimeError("an error inside the block")
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):   # checking again after it
+        check_tensor("x", 3)
+
+
+def test_a_model_forward_leaves_checks_on_and_its_layers_still_check_alone():
+    from llama_course import LlamaConfig
+    from llama_course.model import Llama
+
+    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))
+    model(torch.tensor([[1, 2, 3]]))                              # runs its layers inside trusted()
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        model.norm(torch.ones(1, 32, dtype=torch.long))           # a module called on its own checks
+    with pytest.raises(ValueError, match="input_ids must be in"):
+        model(torch.tensor([[1, 2, 99]]))                         # forward checks its own inputs

@@ -51,8 +51,12 @@ def test_cache_writes_in_place_crop_reset_capacity():
 
 def test_cache_dtype_device_and_integer_types():
     model = tiny(4)
-    with pytest.raises(TypeError, match="k is torch.float32 but the cache holds torch.bfloat16"):
-        model(torch.tensor([[1, 2, 3]]), cache=KVCache(CONFIG, 1, 8, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="cache holds torch.bfloat16 but the model computes in torch.float32"):
+        model(torch.tensor([[1, 2, 3]]), cache=KVCache(CONFIG, 1, 8, dtype=torch.bfloat16))   # the model checks once
+    with pytest.raises(TypeError, match="k is torch.float32 but the cache holds torch.bfloat16"):  # update on its own
+        KVCache(CONFIG, 1, 8, dtype=torch.bfloat16).update(0, *(torch.zeros(1, 2, 1, 8),) * 2)
+    with pytest.raises(ValueError, match="cache must be made for this model and batch"):
+        model(torch.tensor([[1, 2, 3], [4, 5, 6]]), cache=KVCache(CONFIG, 1, 8))
     with pytest.raises(ValueError, match="one device"):
         KVCache(CONFIG, 1, 8).update(0, *(torch.empty(1, 2, 1, 8, device="meta"),) * 2)
     cache = KVCache(CONFIG, np.int64(1), np.int32(8))           # NumPy integers are integers
