@@ -316,6 +316,11 @@ def test_drawn_diagrams_have_alt_text_captions_and_a_reference(path):
         assert name and re.search(r":alt: \S", options), f"{path.name}: {target} without name or alt text"
         assert caption.strip(), f"{path.name}: {target} without a caption"
         assert f"{{numref}}`{name.group(1)}`" in markdown, f"{path.name}: the text never refers to {name.group(1)}"
+    # a diagram's name must not clash with a plotted figure's (Sphinx would drop one of the two targets)
+    names = [re.search(r":name: (\S+)", options)[1] for _, options, _ in found]
+    names += [c["metadata"]["mystnb"]["figure"]["name"] for c in cells(path)
+              if c.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name")]
+    assert len(names) == len(set(names)), f"{path.name}: figure names used twice: {sorted(names)}"
 
 
 def test_every_drawn_diagram_is_shown_by_a_chapter():
