@@ -3,7 +3,8 @@
     python book/figures/make_diagrams.py        # rewrites book/figures/*.svg
 
 No plotting library and no network: each diagram is a list of boxes, arrows and labels written
-out as plain SVG. The symbols are the book's own (B, T, d, V, H, H_kv, d_head, L, E, k).
+out as plain SVG. The symbols are the chapters' own (B, T, d, V, H, H_kv, d_head, L, E, k; r, d_r, d_n, c_t
+in Chapter 12; N, P, B/N in Chapter 13).
 Colours are mid-tones on a transparent background with dark text; in dark mode the theme shows
 every image on a light card, so the diagrams read the same in both modes. Each file carries a
 <title> and <desc> for screen readers; the chapters add alt text and a caption. In a label,
@@ -115,7 +116,7 @@ def whole_model() -> Drawing:
     d.arrow(cx, 306, cx, 332)
     d.box(150, 334, 180, 40, "final RMSNorm", color=ORANGE)
     d.arrow(cx, 374, cx, 398)
-    d.box(130, 400, 220, 48, "vocabulary head", "W_head (V × d)", color=PURPLE)
+    d.box(130, 400, 220, 48, "vocabulary head", "W_{head} (V × d)", color=PURPLE)
     d.arrow(cx, 448, cx, 474)
     d.text(cx, 492, "logits  (B, T, V)", bold=True)
     d.arrow(cx, 500, cx, 522)
@@ -182,27 +183,27 @@ def mha() -> Drawing:
     d.text(cx, 24, "x  (B, T, d)", bold=True)
     for x in (100, 240, 380):
         d.path(f"M{cx} 32 V44 H{x} V58")
-    for x, name, color in ((100, "W_Q", BLUE), (240, "W_K", ORANGE), (380, "W_V", GREEN)):
+    for x, name, color in ((100, "W_{Q}", BLUE), (240, "W_{K}", ORANGE), (380, "W_{V}", GREEN)):
         d.box(x - 60, 60, 120, 40, name, color=color)
         d.arrow(x, 100, x, 122)
-        d.box(x - 70, 124, 140, 48, "split heads", "(B, H, T, d_head)", color=color, size=14)
+        d.box(x - 70, 124, 140, 48, "split heads", "(B, H, T, d_{head})", color=color, size=14)
     d.text(100, 190, "Q", bold=True)
     d.text(240, 190, "K", bold=True)
     d.text(380, 190, "V", bold=True)
     d.path("M100 196 V214 H170 V228")
     d.path("M240 196 V214 H170 V228", arrow=False)
-    d.box(40, 230, 260, 48, "scores  Q Kᵀ / √d_head", "(B, H, T, T)", color=PURPLE, size=14)
+    d.box(40, 230, 260, 48, "scores  Q Kᵀ / √d_{head}", "(B, H, T, T)", color=PURPLE, size=14)
     d.arrow(170, 278, 170, 300)
     d.box(40, 302, 260, 40, "+ causal mask (−∞ above diagonal)", color=RED, size=12.5)
     d.arrow(170, 342, 170, 364)
     d.box(40, 366, 260, 40, "softmax over the keys", color=PURPLE, size=14)
     d.arrow(170, 406, 170, 432)
     d.path("M380 196 V452 H302")
-    d.box(60, 434, 240, 48, "weights × V", "(B, H, T, d_head)", color=GREEN, size=14)
+    d.box(60, 434, 240, 48, "weights × V", "(B, H, T, d_{head})", color=GREEN, size=14)
     d.arrow(180, 482, 180, 504)
-    d.box(80, 506, 200, 48, "merge heads", "(B, T, H · d_head) = (B, T, d)", size=13)
+    d.box(80, 506, 200, 48, "merge heads", "(B, T, H · d_{head}) = (B, T, d)", size=13)
     d.arrow(180, 554, 180, 574)
-    d.box(120, 576, 120, 36, "W_O", color=BLUE)
+    d.box(120, 576, 120, 36, "W_{O}", color=BLUE)
     d.text(330, 600, "out  (B, T, d)", bold=True)
     d.arrow(240, 594, 268, 594)
     return d
@@ -217,27 +218,27 @@ def rope_attention() -> Drawing:
     d.text(240, 24, "x  (B, T, d)   normalized residual stream", bold=True, size=14)
     for x in (90, 240, 390):
         d.path(f"M240 32 V44 H{x} V58")
-    for x, name, shape, color in ((90, "W_Q", "q (B, H, T, d_head)", BLUE),
-                                  (240, "W_K", "k (B, H_kv, T, d_head)", ORANGE),
-                                  (390, "W_V", "v (B, H_kv, T, d_head)", GREEN)):
+    for x, name, shape, color in ((90, "W_{Q}", "q (B, H, T, d_{head})", BLUE),
+                                  (240, "W_{K}", "k (B, H_{kv}, T, d_{head})", ORANGE),
+                                  (390, "W_{V}", "v (B, H_{kv}, T, d_{head})", GREEN)):
         d.box(x - 55, 60, 110, 40, name, color=color)
         d.arrow(x, 100, x, 120)
         d.text(x, 136, shape, size=12.5)
     for x in (90, 240):
         d.arrow(x, 144, x, 164)
         d.box(x - 70, 166, 140, 52, "RoPE", "rotate by positions", color=RED, size=15)
-    d.text(390, 186, "never", size=13, color=MUTED, italic=True)
-    d.text(390, 202, "rotated", size=13, color=MUTED, italic=True)
+    d.text(398, 186, "never", anchor="start", size=13, color=MUTED, italic=True)
+    d.text(398, 202, "rotated", anchor="start", size=13, color=MUTED, italic=True)
     d.path("M90 218 V240 H165 V256")
     d.path("M240 218 V240 H165", arrow=False)
-    d.box(30, 258, 270, 52, "scores  q_m · k_n / √d_head", "depend on n − m only", color=PURPLE, size=14)
+    d.box(30, 258, 270, 52, "scores  q_{m} · k_{n} / √d_{head}", "depend on n − m only", color=PURPLE, size=14)
     d.arrow(165, 310, 165, 332)
     d.box(30, 334, 270, 40, "causal mask, softmax", color=PURPLE, size=14)
     d.arrow(165, 374, 165, 398)
     d.path("M390 144 V420 H302")
     d.box(60, 400, 240, 40, "weights × v", color=GREEN, size=14)
     d.arrow(180, 440, 180, 462)
-    d.box(60, 464, 240, 40, "merge heads, W_O", color=BLUE, size=14)
+    d.box(60, 464, 240, 40, "merge heads, W_{O}", color=BLUE, size=14)
     d.arrow(180, 504, 180, 526)
     d.text(180, 546, "out  (B, T, d)", bold=True)
     return d
@@ -250,17 +251,17 @@ def swiglu() -> Drawing:
     d.text(240, 24, "x  (…, d)", bold=True)
     for x in (130, 350):
         d.path(f"M240 32 V46 H{x} V62")
-    d.box(60, 64, 140, 48, "W_gate", "d → d_ff", color=BLUE)
-    d.box(280, 64, 140, 48, "W_up", "d → d_ff", color=GREEN)
+    d.box(60, 64, 140, 48, "W_{gate}", "d → d_{ff}", color=BLUE)
+    d.box(280, 64, 140, 48, "W_{up}", "d → d_{ff}", color=GREEN)
     d.arrow(130, 112, 130, 136)
     d.box(70, 138, 120, 40, "SiLU", color=ORANGE)
     d.path("M130 178 V210 H226")
     d.path("M350 112 V210 H254")
     d.items.append(f'<circle cx="240" cy="210" r="13" fill="none" stroke="{INK}" stroke-width="1.6"/>')
     d.text(240, 216, "⊙", size=18)
-    d.text(262, 240, "elementwise product  (…, d_ff)", anchor="start", size=13, color=MUTED)
+    d.text(262, 240, "elementwise product  (…, d_{ff})", anchor="start", size=13, color=MUTED)
     d.arrow(240, 223, 240, 262)
-    d.box(170, 264, 140, 48, "W_down", "d_ff → d", color=PURPLE)
+    d.box(170, 264, 140, 48, "W_{down}", "d_{ff} → d", color=PURPLE)
     d.arrow(240, 312, 240, 340)
     d.text(240, 362, "out  (…, d)", bold=True)
     return d
@@ -283,7 +284,7 @@ def prefill_decode() -> Drawing:
     d.arrow(150, 142, 150, 164)
     d.text(150, 182, "last logits → token x7", size=14)
     # the cache
-    d.text(240, 232, "KV cache, per layer  (B, H_kv, max_len, d_head)", bold=True, size=14)
+    d.text(240, 232, "KV cache, per layer  (B, H_{kv}, max_len, d_{head})", bold=True, size=14)
     for i in range(10):
         filled = i < 6
         color = ORANGE if filled else GREY
@@ -315,7 +316,7 @@ def head_sharing() -> Drawing:
                 "own key/value head (H_kv = H); grouped-query attention lets groups of query heads "
                 "share one (here H_kv = 2, groups of 4); multi-query attention shares a single "
                 "key/value head among all query heads (H_kv = 1).")
-    panels = [("MHA   H_kv = H = 8", 8), ("GQA   H_kv = 2, groups of 4", 2), ("MQA   H_kv = 1", 1)]
+    panels = [("MHA   H_{kv} = H = 8", 8), ("GQA   H_{kv} = 2, groups of 4", 2), ("MQA   H_{kv} = 1", 1)]
     y = 14
     for title, n_kv in panels:
         d.text(20, y + 16, title, anchor="start", bold=True, size=14.5)
@@ -346,7 +347,7 @@ def moe() -> Drawing:
                 "are weighted by the routing weights w_e and added: y = sum of w_e FFN_e(x).")
     d.text(240, 24, "token  x  (d)", bold=True)
     d.arrow(240, 32, 240, 54)
-    d.box(130, 56, 220, 48, "router  W_r  (E × d)", "E scores, softmax", color=PURPLE, size=14)
+    d.box(130, 56, 220, 48, "router  W_{r}  (E × d)", "E scores, softmax", color=PURPLE, size=14)
     d.arrow(240, 104, 240, 126)
     d.box(150, 128, 180, 36, "top-k  (k = 2)", color=PURPLE, size=14)
     chosen = (1, 6)
