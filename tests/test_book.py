@@ -67,8 +67,9 @@ def test_exercises_are_listed_with_the_grader_command(path):
 
 
 GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")
-# the glossary's terms: the unindented lines inside the {glossary} directive
-GLOSSARY_TERMS = re.findall(r"^(\S[^\n]*)\n  \S", GLOSSARY.split("```{glossary}", 1)[1].split("\n```", 1)[0], re.M)
+# the glossary's terms: the unindented lines inside its {glossary} directives (one per letter)
+GLOSSARY_BLOCKS = re.findall(r"^```\{glossary\}\n(.*?)\n```$", GLOSSARY, re.S | re.M)
+GLOSSARY_TERMS = [t for block in GLOSSARY_BLOCKS for t in re.findall(r"^(\S[^\n]*)\n  \S", block, re.M)]
 TERM_LINK = re.compile(r"\{term\}`(?:[^`<]*<([^>`]+)>|([^`]+))`")
 
 
@@ -96,6 +97,43 @@ def test_chapter_links_its_terms_to_the_glossary_once(path):
 def test_every_glossary_term_is_linked_from_a_chapter():
     linked = {t for path in NOTEBOOKS for t in term_links(path)}
     assert not [t for t in GLOSSARY_TERMS if t.lower() not in linked]
+
+
+def glossary_key(term):
+    """The glossary's order: the English term, case-insensitively (the 中文 follows it)."""
+    return term.casefold()
+
+
+def test_glossary_is_alphabetical_with_a_letter_index():
+    terms = list(GLOSSARY_TERMS)
+    assert terms == sorted(terms, key=glossary_key), "glossary entries are not in alphabetical order"
+    # one section per initial letter: a label, a heading with the letter, one {glossary} block
+    sections = re.findall(r"^\(([\w-]+)\)=\n## ([A-Z])\n+```\{glossary\}\n(.*?)\n```$", GLOSSARY, re.S | re.M)
+    assert len(sections) == len(GLOSSARY_BLOCKS), "every {glossary} block sits under its own letter heading"
+    letters = [letter for _, letter, _ in sections]
+    assert letters == sorted({t[0].upper() for t in terms}), "a section for each initial letter, in order"
+    for _, letter, block in sections:
+        for term in re.findall(r"^(\S[^\n]*)\n  \S", block, re.M):
+            assert term[0].upper() == letter, f"{term!r} is filed under {letter}"
+    # the index: before the first section, a {ref} link to every section, in order, and nothing else
+    head = GLOSSARY.split("```{glossary}", 1)[0].rsplit("\n(", 1)[0]
+    index = re.findall(r"\{ref\}`([^`<]+?) <([\w-]+)>`", head)
+    assert index == [(letter, label) for label, letter, _ in sections], "the letter index must link every section"
+    labels = set(re.findall(r"^\(([\w-]+)\)=$", GLOSSARY, re.M))
+    assert {target for _, target in index} <= labels, "an index link points at no label of the glossary"
+    assert "glossary" in labels, "the page keeps its (glossary)= label"
+
+
+# symbols that belong in math: a definition that writes them outside $...$ is plain-text math
+GLOSSARY_PLAIN_MATH = re.compile(r"[√Σ∑ᵀ⊙⌈⌉≤≥−∞γβτηλωσ×]|\b[A-Za-z]_[A-Za-z]")
+
+
+def test_glossary_writes_formulas_as_math():
+    for block in GLOSSARY_BLOCKS:
+        for term, definition in re.findall(r"^(\S[^\n]*)\n((?:  [^\n]*\n?)+)", block, re.M):
+            prose = re.sub(r"(?<!\\)\$[^$\n]+?\$|\{[\w:\-]+\}`[^`]*`|`[^`\n]*`", "", definition)
+            plain = GLOSSARY_PLAIN_MATH.search(prose)
+            assert not plain, f"{term}: write the formula as MyST math: {plain[0]!r} in {prose.strip()!r}"
 
 
 # ------------------------------------------------------------------------------ number guard
@@ -246,6 +284,7 @@ def test_exercise_points_match_the_graded_tests(path, graded_points):
 
 # ------------------------------------------------------------------------------ drawn diagrams
 FIGURES = REPO / "book" / "figures"
+DIAGRAM_CHAPTERS = {*range(1, 11), 12, 13}   # every chapter but the lab draws its architecture
 DIAGRAM = re.compile(r"```\{figure\} (figures/[\w-]+\.svg)\n((?::\w+: [^\n]*\n)*)\n(.+?)\n```", re.S)
 
 
@@ -269,11 +308,27 @@ def test_diagram_files_are_what_the_script_draws():
 def test_drawn_diagrams_have_alt_text_captions_and_a_reference(path):
     markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
     found = DIAGRAM.findall(markdown)
-    if int(path.stem[2:4]) <= 7:
-        assert found, f"{path.name}: chapters 1-7 each show at least one drawn diagram"
+    if int(path.stem[2:4]) in DIAGRAM_CHAPTERS:
+        assert found, f"{path.name}: chapters {sorted(DIAGRAM_CHAPTERS)} each show at least one drawn diagram"
     for target, options, caption in found:
         assert (REPO / "book" / target).is_file(), f"{path.name}: {target} does not exist"
         name = re.search(r":name: (\S+)", options)
         assert name and re.search(r":alt: \S", options), f"{path.name}: {target} without name or alt text"
         assert caption.strip(), f"{path.name}: {target} without a caption"
         assert f"{{numref}}`{name.group(1)}`" in markdown, f"{path.name}: the text never refers to {name.group(1)}"
+    # a diagram's name must not clash with a plotted figure's (Sphinx would drop one of the two targets)
+    names = [re.search(r":name: (\S+)", options)[1] for _, options, _ in found]
+    names += [c["metadata"]["mystnb"]["figure"]["name"] for c in cells(path)
+              if c.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name")]
+    assert len(names) == len(set(names)), f"{path.name}: figure names used twice: {sorted(names)}"
+
+
+def test_every_drawn_diagram_is_shown_by_a_chapter():
+    shown = {}
+    for path in NOTEBOOKS:
+        markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+        for target, _, _ in DIAGRAM.findall(markdown):
+            shown.setdefault(Path(target).name, path.name)
+    drawn = set(load_diagrams().render())
+    on_disk = {p.name for p in FIGURES.glob("*.svg")}
+    assert not (drawn | on_disk) - set(shown), f"diagrams no chapter shows: {sorted((drawn | on_disk) - set(shown))}"
