@@ -594,11 +594,11 @@ def test_phone_toggles_open_the_navigation(site, html_root, which):
         context.close()
 
 
-DIAGRAM_CHAPTERS = range(1, 8)
+DIAGRAM_CHAPTERS = (*range(1, 11), 12, 13)
 
 
 def test_every_early_chapter_has_a_drawn_diagram(html_root):
-    """Chapters 1-7 each show at least one drawn diagram (an SVG figure of book/figures/)."""
+    """Every chapter but the lab (11) shows at least one drawn diagram (an SVG figure of book/figures/)."""
     missing = []
     for n in DIAGRAM_CHAPTERS:
         pages = [p for p in book_pages(html_root) if re.match(rf"book/ch{n:02d}_", p)]
