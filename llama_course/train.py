@@ -90,14 +90,18 @@ def split(tokens, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor
     return data[:cut], data[cut:]
 
 
-def get_batch(data: torch.Tensor, batch_size: int, context_length: int, generator: torch.Generator,
-              device=None) -> torch.Tensor:
-    """``batch_size`` random windows of context_length + 1 tokens, (B, T + 1). The model reads a
-    window and next_token_loss(model(w), w) scores its context_length next-token predictions."""
+def _check_windows(data, batch_size, context_length) -> None:
     check_positive_int("batch_size", batch_size), check_positive_int("context_length", context_length)
     if len(data) < context_length + 1:
         raise ValueError(f"the data has {len(data)} tokens, fewer than one window of context_length + 1 = "
                          f"{context_length + 1}")
+
+
+def get_batch(data: torch.Tensor, batch_size: int, context_length: int, generator: torch.Generator,
+              device=None) -> torch.Tensor:
+    """``batch_size`` random windows of context_length + 1 tokens, (B, T + 1). The model reads a
+    window and next_token_loss(model(w), w) scores its context_length next-token predictions."""
+    _check_windows(data, batch_size, context_length)
     starts = torch.randint(0, len(data) - context_length, (batch_size,), generator=generator)  # (B,)
     offsets = torch.arange(context_length + 1)                                                  # (T+1,)
     windows = data[starts[:, None] + offsets]                                                   # (B, T+1)
@@ -211,9 +215,8 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
     device = torch.device(device or next(model.parameters()).device)
-    check_train_inputs(model, train_data, val_data, cfg, out_dir, resume, until)
     par = parallel or distributed.Parallel(device=device)
-    distributed.check_batch(cfg.batch_size, par.world_size, cfg.accum_steps)
+    check_train_inputs(model, train_data, val_data, cfg, out_dir, resume, until, par)
     wrapped = distributed.wrap(model, par)                     # DDP, FSDP2, or the model itself
     optimizer = make_optimizer(model, cfg)                     # after wrap: FSDP2 shards the parameters
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -245,10 +248,13 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
 
 
 def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: TrainConfig,
-                       out_dir=None, resume: bool = False, until: int | None = None) -> None:
-    """ValueError unless a window of context_length + 1 tokens fits the model and both data sets."""
+                       out_dir=None, resume: bool = False, until: int | None = None,
+                       parallel: distributed.Parallel | None = None) -> None:
+    """ValueError unless a window of context_length + 1 tokens fits the model and both data sets,
+    and the batch splits evenly across the processes and micro-batches."""
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    distributed.check_batch(cfg.batch_size, parallel.world_size if parallel else 1, cfg.accum_steps)
     if cfg.context_length + 1 > model.config.max_seq_len:
         raise ValueError(f"context_length + 1 ({cfg.context_length + 1}) exceeds the model's max_seq_len "
                          f"({model.config.max_seq_len})")

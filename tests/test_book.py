@@ -332,3 +332,55 @@ def test_every_drawn_diagram_is_shown_by_a_chapter():
     drawn = set(load_diagrams().render())
     on_disk = {p.name for p in FIGURES.glob("*.svg")}
     assert not (drawn | on_disk) - set(shown), f"diagrams no chapter shows: {sorted((drawn | on_disk) - set(shown))}"
+
+
+# ------------------------------------------------------------ printed listings read like formulas
+LITERALINCLUDE = re.compile(r"```\{literalinclude\} \.\./(llama_course/[\w/]+\.py)\n(?:[^`\n]*\n)*?:pyobject: ([\w.]+)")
+# Checks that are not argument checks: guards on what the function computed.
+NOT_ARGUMENT_CHECKS = {("llama_course/train.py", "train_step"): "check_finite: the loss and gradient it computed"}
+
+
+def printed_objects() -> set[tuple[str, str]]:
+    sources = ["".join(c["source"]) for p in NOTEBOOKS for c in cells(p) if c["cell_type"] == "markdown"]
+    sources += [p.read_text(encoding="utf-8") for p in (REPO / "book").glob("*.md")]
+    return {m.groups() for text in sources for m in LITERALINCLUDE.finditer(text)}
+
+
+def check_statements(function: ast.FunctionDef) -> list[int]:
+    """Line numbers of the body's statements that check arguments: a call of check_*/_check_* or a raise."""
+    lines = []
+    for stmt in function.body:
+        for node in ast.walk(stmt):
+            called = getattr(node, "func", None)
+            name = getattr(called, "attr", None) or getattr(called, "id", "")
+            if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and name.startswith(("check_", "_check"))):
+                lines.append(stmt.lineno)
+                break
+    return lines
+
+
+def test_the_book_prints_functions_with_at_most_one_line_of_argument_checks():
+    """Every function (or method of a class) the book prints with :pyobject: has at most one
+    statement of argument checking before its maths, so the listing reads like the formula."""
+    printed = printed_objects()
+    assert len(printed) > 40, f"found only {len(printed)} printed objects: the pattern is broken"
+    heavy = []
+    for path, name in sorted(printed):
+        node = ast.parse((REPO / path).read_text(encoding="utf-8"))
+        for part in name.split("."):
+            node = next(n for n in node.body if getattr(n, "name", None) == part)
+        functions = [node] if isinstance(node, ast.FunctionDef) else \
+            [n for n in node.body if isinstance(n, ast.FunctionDef)]
+        for f in functions:
+            lines = check_statements(f)
+            if (path, f.name) in NOT_ARGUMENT_CHECKS:
+                lines = lines[:1]
+            if len(lines) > 1:
+                heavy.append(f"{path}:{name} ({f.name}): check statements at lines {lines}")
+    assert not heavy, "printed functions with more than one line of checks:\n" + "\n".join(heavy)
+
+
+def test_the_listing_check_counts_a_function_with_two_checks():
+    two = ast.parse("def f(x, n):\n    check_tensor('x', x)\n    if n < 0:\n        raise ValueError('n')\n"
+                    "    return x * n\n").body[0]
+    assert check_statements(two) == [2, 3]
