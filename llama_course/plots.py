@@ -64,11 +64,11 @@ def plot_parameter_breakdown(config: LlamaConfig, title: str | None = None, ax=N
 
     counts = count_parameters(config)
     parts = [
-        ("token embedding", counts["embedding"]),
-        ("attention (all blocks)", config.n_layers * counts["attention"]),
-        ("FFN (all blocks)", config.n_layers * (counts["ffn"] + counts["router"])),
+        (r"token embedding ($V \times d$)", counts["embedding"]),
+        (r"attention ($L$ blocks)", config.n_layers * counts["attention"]),
+        (r"FFN ($L$ blocks)", config.n_layers * (counts["ffn"] + counts["router"])),
         ("RMSNorm weights", config.n_layers * counts["norms"] + counts["final_norm"]),
-        ("vocabulary head", counts["lm_head"]),
+        (r"vocabulary head ($d \times V$)", counts["lm_head"]),
     ]
     if ax is None:
         fig, ax = plt.subplots(figsize=(7, 2.8))
