@@ -565,6 +565,171 @@ def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
     assert not bad, "images distorted:\n" + "\n".join(bad)
 
 
+# ------------------------------------------------------------------ figure text, as shown
+# The floor the issue sets for any text of a figure, in CSS px, at 1280 and at 390 px.
+MIN_TEXT_PX = 11.0
+
+
+def _png_size_and_dpi(path: Path) -> tuple[int, float | None]:
+    """A PNG's pixel width and the dots per inch of its pHYs chunk (None if it has none)."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width = struct.unpack(">I", data[16:20])[0]
+    at = 8
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        if kind == b"pHYs":
+            per_unit, _, unit = struct.unpack(">IIB", data[at + 8:at + 17])
+            return width, per_unit * 0.0254 if unit == 1 else None   # unit 1: per metre
+        if kind == b"IDAT":
+            break
+        at += 12 + length
+    return width, None
+
+
+def _svg_text(path: Path) -> tuple[float, float]:
+    """An SVG's smallest font size and its viewBox width, both in user units (16 = SVG's
+    default size, if no font size is set anywhere)."""
+    source = path.read_text(encoding="utf-8")
+    sizes = [float(s) for s in re.findall(r'font-size(?:="|:\s*)([0-9.]+)', source)]
+    viewbox = re.search(r'<svg\b[^>]*\bviewBox="\s*[-0-9.]+[\s,]+[-0-9.]+[\s,]+([0-9.]+)', source)
+    assert viewbox, f"{path}: no viewBox, cannot relate its text to its drawn width"
+    return min(sizes, default=16.0), float(viewbox.group(1))
+
+
+def _image_file(html_root: Path, src: str) -> Path:
+    return html_root / "_images" / urllib.parse.unquote(src.split("?")[0].rsplit("/_images/", 1)[1])
+
+
+def smallest_text_px(html_root: Path, src: str, shown_width: float) -> tuple[float, str]:
+    """CSS px of the smallest text of the content image ``src`` when its picture (content box)
+    is ``shown_width`` CSS px wide, and how that was found.
+
+    * A notebook figure (PNG) is drawn by ``llama_course.plots.book_style``: no text under
+      ``MIN_POINTS`` points, i.e. ``MIN_POINTS * 100/72`` px at the figure's own size at
+      matplotlib's 100 dpi. The PNGs are retina (2x) images: their pHYs chunk says 200 dpi, so
+      that size is ``naturalWidth * 100 / dpi`` CSS px (the same as the width myst-nb writes in
+      the img's style, which test_figure_text_is_readable checks too).
+    * A drawn diagram (SVG) states its font sizes in user units of its viewBox.
+    """
+    from llama_course.plots import MIN_POINTS
+
+    path = _image_file(html_root, src)
+    if path.suffix == ".svg":
+        font, view_width = _svg_text(path)
+        return font * shown_width / view_width, f"{font:g} of viewBox width {view_width:g}"
+    width, dpi = _png_size_and_dpi(path)
+    assert dpi, f"{path}: no pHYs chunk, so its size at 100 dpi is unknown"
+    own_width = width * 100 / dpi
+    return (MIN_POINTS * 100 / 72 * shown_width / own_width,
+            f"{MIN_POINTS:g} pt in a figure {own_width:.0f} px wide at 100 dpi")
+
+
+# For each content image: the width of its picture as shown (content box: the dark theme pads
+# notebook images), the width myst-nb wrote, and where it can be seen whole: the nearest
+# ancestor that scrolls sideways (its visible box, its scrollable extent) or else the viewport.
+_FIGURE_TEXT_JS = """
+() => [...document.querySelectorAll('main img')]
+  .filter(img => img.naturalWidth && /\\/_images\\//.test(img.currentSrc || img.src))
+  .map(img => {
+    const r = img.getBoundingClientRect(), cs = getComputedStyle(img);
+    const pad = ['paddingLeft', 'paddingRight', 'borderLeftWidth', 'borderRightWidth']
+      .reduce((s, k) => s + parseFloat(cs[k]), 0);
+    let frame = img.parentElement;
+    while (frame && !['auto', 'scroll'].includes(getComputedStyle(frame).overflowX))
+      frame = frame.parentElement;
+    const out = {src: img.currentSrc || img.src, shown: r.width - pad, styleWidth: img.style.width,
+                 left: r.left, right: r.right, viewport: document.documentElement.clientWidth};
+    if (frame) {
+      const f = frame.getBoundingClientRect();
+      const start = r.left - f.left - frame.clientLeft + frame.scrollLeft;
+      Object.assign(out, {frame: true, frameLeft: f.left, frameRight: f.right,
+                          start, end: start + r.width, scrollWidth: frame.scrollWidth,
+                          clientWidth: frame.clientWidth});
+    }
+    return out;
+  })
+"""
+
+
+# The cue that a frame scrolls: a shade over its right edge (the ::after of the .figure-frame
+# around it, course.css), shown while there is more to the right.
+_CUE_JS = """
+i => {
+  const img = [...document.querySelectorAll('main img')]
+    .filter(im => im.naturalWidth && /\\/_images\\//.test(im.currentSrc || im.src))[i];
+  const frame = img.closest('.figure-frame');
+  if (!frame) return false;
+  const cue = getComputedStyle(frame, '::after');
+  return cue.display !== 'none' && cue.backgroundImage !== 'none' && parseFloat(cue.opacity) > 0
+         && parseFloat(cue.width) > 0;
+}
+"""
+
+
+def _scroll_cue_shown(page, i: int) -> bool:
+    return page.evaluate(_CUE_JS, i)
+
+
+def _reachable(img: dict) -> str | None:
+    """Why the reader cannot see all of the image (None: they can)."""
+    vw = img["viewport"]
+    if img.get("frame"):
+        if img["frameLeft"] < -1 or img["frameRight"] > vw + 1:
+            return f"its scrolling frame runs off the screen ({img['frameRight']:.0f} > {vw})"
+        if img["start"] < -1 or img["end"] > img["scrollWidth"] + 1:
+            return "part of it lies outside its frame's scrollable area"
+        return None
+    if img["left"] < -1 or img["right"] > vw + 1:
+        return f"it runs off the screen ({img['left']:.0f} to {img['right']:.0f} of {vw} px)"
+    return None
+
+
+@pytest.mark.parametrize("mode", ["desktop", "desktop-dark", "phone", "phone-dark"])
+def test_figure_text_is_readable(site, html_root, mode):
+    """At 1280 and 390 px (and in dark mode on the phone) the smallest text of every notebook
+    figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
+    browser gives the picture, and the whole figure can be reached: it fits the screen, or it
+    sits in a frame that scrolls sideways to all of it, with a visible cue while there is more."""
+    width = WIDTHS[mode.split("-")[0]]
+    small, unreachable, no_cue, mismatch, seen, sizes = [], [], [], [], 0, []
+    for rel in book_pages(html_root):
+        v, context, page = _open(site, rel, width)
+        try:
+            if mode.endswith("dark"):
+                page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+            for i, img in enumerate(page.evaluate(_FIGURE_TEXT_JS)):
+                seen += 1
+                name = f"{rel} {img['src'].rsplit('/', 1)[-1][:16]}"
+                px, how = smallest_text_px(html_root, img["src"], img["shown"])
+                sizes.append(px)
+                if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
+                    natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))
+                    if abs(float(img["styleWidth"][:-2]) - natural * 100 / dpi) > 1:
+                        mismatch.append(f"{name}: style width {img['styleWidth']}, "
+                                        f"{natural} px at {dpi:.0f} dpi")
+                if px < MIN_TEXT_PX:
+                    small.append(f"{name}: smallest text {px:.1f} px ({how}, shown "
+                                 f"{img['shown']:.0f} px wide)")
+                why = _reachable(img)
+                if why:
+                    unreachable.append(f"{name}: {why}")
+                if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
+                    if not _scroll_cue_shown(page, i):
+                        no_cue.append(name)
+        finally:
+            context.close()
+    assert seen, "no content image measured at all: the measurement is broken"
+    print(f"{mode}: smallest text of {seen} figures: {min(sizes):.1f} to {max(sizes):.1f} px")
+    assert not mismatch, "the PNG's size at 100 dpi is not the width shown:\n" + "\n".join(mismatch)
+    assert not small, (f"{len(small)} figures with text under {MIN_TEXT_PX:g} px at {width} px:\n"
+                       + "\n".join(small))
+    assert not unreachable, "figures the reader cannot see whole:\n" + "\n".join(unreachable)
+    assert not no_cue, "figures that scroll sideways without a visible cue:\n" + "\n".join(no_cue)
+
+
 @pytest.mark.parametrize("which", ["primary", "secondary"])
 def test_phone_toggles_open_the_navigation(site, html_root, which):
     """At 390 px the header's sidebar buttons open their panels: the book's table of contents
