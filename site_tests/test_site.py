@@ -536,10 +536,27 @@ def _open(site, rel: str, width: int):
     return v, context, page
 
 
+def _screenshot_figure(page, i: int, stem: Path) -> None:
+    """What the reader sees of image ``i``: its frame (or the image) as shown, and where the
+    frame scrolls sideways (a phone), also the frame scrolled to its end (``-scrolled.png``)."""
+    handle = page.query_selector_all("main img")[i]
+    target = handle.evaluate_handle("img => img.closest('.figure-frame') || img").as_element()
+    target.scroll_into_view_if_needed()
+    page.wait_for_timeout(250)   # the scroll cue fades in
+    target.screenshot(path=f"{stem}.png")
+    if handle.evaluate("""img => { const s = img.closest('.figure-scroll');
+                                   if (!s || s.scrollWidth <= s.clientWidth + 1) return false;
+                                   s.scrollLeft = s.scrollWidth; return true; }"""):
+        page.wait_for_timeout(250)
+        target.screenshot(path=f"{stem}-scrolled.png")
+        handle.evaluate("img => { img.closest('.figure-scroll').scrollLeft = 0; }")
+
+
 @pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
 def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
     """At 1280 and 390 px every image is shown with its natural aspect ratio (within 2%), and
-    each figure is screenshotted at both widths (_build/screenshots/figures/)."""
+    each figure is screenshotted at both widths as the reader sees it (_build/screenshots/
+    figures/; a figure that scrolls sideways on the phone also scrolled to its end)."""
     shots = screenshot_dir / "figures"
     shots.mkdir(parents=True, exist_ok=True)
     bad, seen = [], 0
@@ -556,9 +573,7 @@ def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
                                f"{img['w']:.0f}x{img['h']:.0f} shown, natural "
                                f"{img['nw']}x{img['nh']} ({shown / natural:.2f}x too wide)")
                 if img["inFigure"]:
-                    handle = page.query_selector_all("main img")[img["i"]]
-                    handle.scroll_into_view_if_needed()
-                    handle.screenshot(path=str(shots / f"{Path(rel).stem}-{img['i']}-{width}.png"))
+                    _screenshot_figure(page, img["i"], shots / f"{Path(rel).stem}-{img['i']}-{width}")
         finally:
             context.close()
     assert seen, "no image measured at all: the measurement is broken"
@@ -654,23 +669,37 @@ _FIGURE_TEXT_JS = """
 """
 
 
-# The cue that a frame scrolls: a shade over its right edge (the ::after of the .figure-frame
-# around it, course.css), shown while there is more to the right.
+# The cue that a frame scrolls: a shade over its right edge while there is more to the right,
+# over its left edge once scrolled (the ::after / ::before of the .figure-frame around it,
+# course.css; course.js follows the scrolling). Read at the start, then scrolled to the end.
 _CUE_JS = """
-i => {
+async i => {
   const img = [...document.querySelectorAll('main img')]
     .filter(im => im.naturalWidth && /\\/_images\\//.test(im.currentSrc || im.src))[i];
-  const frame = img.closest('.figure-frame');
-  if (!frame) return false;
-  const cue = getComputedStyle(frame, '::after');
-  return cue.display !== 'none' && cue.backgroundImage !== 'none' && parseFloat(cue.opacity) > 0
-         && parseFloat(cue.width) > 0;
+  const frame = img.closest('.figure-frame'), scroller = img.closest('.figure-scroll');
+  if (!frame || !scroller) return null;
+  const shown = which => {
+    const cue = getComputedStyle(frame, which);
+    return cue.display !== 'none' && cue.backgroundImage !== 'none'
+           && parseFloat(cue.opacity) > 0.5 && parseFloat(cue.width) > 0;
+  };
+  const settle = () => new Promise(done => setTimeout(done, 400));   // the cue fades in 0.2 s
+  await settle();
+  const atStart = {right: shown('::after'), left: shown('::before')};
+  scroller.scrollLeft = scroller.scrollWidth;
+  await settle();
+  const atEnd = {right: shown('::after'), left: shown('::before')};
+  scroller.scrollLeft = 0;
+  return {atStart, atEnd};
 }
 """
 
 
 def _scroll_cue_shown(page, i: int) -> bool:
-    return page.evaluate(_CUE_JS, i)
+    """The right edge is shaded at the start and not at the end, where the left one is."""
+    cue = page.evaluate(_CUE_JS, i)
+    return bool(cue) and (cue["atStart"]["right"] and not cue["atStart"]["left"]
+                          and cue["atEnd"]["left"] and not cue["atEnd"]["right"])
 
 
 def _reachable(img: dict) -> str | None:
