@@ -718,12 +718,13 @@ def _reachable(img: dict) -> str | None:
 
 @pytest.mark.parametrize("mode", ["desktop", "desktop-dark", "phone", "phone-dark"])
 def test_figure_text_is_readable(site, html_root, mode):
-    """At 1280 and 390 px (and in dark mode on the phone) the smallest text of every notebook
+    """At 1280 and 390 px, light and dark, the smallest text of every notebook
     figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
     browser gives the picture, and the whole figure can be reached: it fits the screen, or it
     sits in a frame that scrolls sideways to all of it, with a visible cue while there is more."""
     width = WIDTHS[mode.split("-")[0]]
-    small, unreachable, no_cue, mismatch, seen, sizes = [], [], [], [], 0, []
+    small, unreachable, no_cue, mismatch, seen = [], [], [], [], 0
+    sizes: dict[str, list[float]] = {".png": [], ".svg": []}
     for rel in book_pages(html_root):
         v, context, page = _open(site, rel, width)
         try:
@@ -733,7 +734,7 @@ def test_figure_text_is_readable(site, html_root, mode):
                 seen += 1
                 name = f"{rel} {img['src'].rsplit('/', 1)[-1][:16]}"
                 px, how = smallest_text_px(html_root, img["src"], img["shown"])
-                sizes.append(px)
+                sizes.setdefault(Path(img["src"]).suffix, []).append(px)
                 if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
                     natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))
                     if abs(float(img["styleWidth"][:-2]) - natural * 100 / dpi) > 1:
@@ -751,8 +752,9 @@ def test_figure_text_is_readable(site, html_root, mode):
         finally:
             context.close()
     assert seen, "no content image measured at all: the measurement is broken"
-    print(f"{mode}: smallest text of {seen} figures: {min(sizes):.1f} to {max(sizes):.1f} px")
-    assert not mismatch, "the PNG's size at 100 dpi is not the width shown:\n" + "\n".join(mismatch)
+    print(f"{mode}: smallest text, " + "; ".join(
+        f"{len(v)} {k[1:].upper()}s {min(v):.1f} to {max(v):.1f} px" for k, v in sizes.items() if v))
+    assert not mismatch, "a PNG's size at 100 dpi is not the width myst-nb wrote:\n" + "\n".join(mismatch)
     assert not small, (f"{len(small)} figures with text under {MIN_TEXT_PX:g} px at {width} px:\n"
                        + "\n".join(small))
     assert not unreachable, "figures the reader cannot see whole:\n" + "\n".join(unreachable)
