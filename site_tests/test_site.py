@@ -536,10 +536,27 @@ def _open(site, rel: str, width: int):
     return v, context, page
 
 
+def _screenshot_figure(page, i: int, stem: Path) -> None:
+    """What the reader sees of image ``i``: its frame (or the image) as shown, and where the
+    frame scrolls sideways (a phone), also the frame scrolled to its end (``-scrolled.png``)."""
+    handle = page.query_selector_all("main img")[i]
+    target = handle.evaluate_handle("img => img.closest('.figure-frame') || img").as_element()
+    target.scroll_into_view_if_needed()
+    page.wait_for_timeout(250)   # the scroll cue fades in
+    target.screenshot(path=f"{stem}.png")
+    if handle.evaluate("""img => { const s = img.closest('.figure-scroll');
+                                   if (!s || s.scrollWidth <= s.clientWidth + 1) return false;
+                                   s.scrollLeft = s.scrollWidth; return true; }"""):
+        page.wait_for_timeout(250)
+        target.screenshot(path=f"{stem}-scrolled.png")
+        handle.evaluate("img => { img.closest('.figure-scroll').scrollLeft = 0; }")
+
+
 @pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
 def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
     """At 1280 and 390 px every image is shown with its natural aspect ratio (within 2%), and
-    each figure is screenshotted at both widths (_build/screenshots/figures/)."""
+    each figure is screenshotted at both widths as the reader sees it (_build/screenshots/
+    figures/; a figure that scrolls sideways on the phone also scrolled to its end)."""
     shots = screenshot_dir / "figures"
     shots.mkdir(parents=True, exist_ok=True)
     bad, seen = [], 0
@@ -556,13 +573,192 @@ def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
                                f"{img['w']:.0f}x{img['h']:.0f} shown, natural "
                                f"{img['nw']}x{img['nh']} ({shown / natural:.2f}x too wide)")
                 if img["inFigure"]:
-                    handle = page.query_selector_all("main img")[img["i"]]
-                    handle.scroll_into_view_if_needed()
-                    handle.screenshot(path=str(shots / f"{Path(rel).stem}-{img['i']}-{width}.png"))
+                    _screenshot_figure(page, img["i"], shots / f"{Path(rel).stem}-{img['i']}-{width}")
         finally:
             context.close()
     assert seen, "no image measured at all: the measurement is broken"
     assert not bad, "images distorted:\n" + "\n".join(bad)
+
+
+# ------------------------------------------------------------------ figure text, as shown
+# The floor the issue sets for any text of a figure, in CSS px, at 1280 and at 390 px.
+MIN_TEXT_PX = 11.0
+
+
+def _png_size_and_dpi(path: Path) -> tuple[int, float | None]:
+    """A PNG's pixel width and the dots per inch of its pHYs chunk (None if it has none)."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width = struct.unpack(">I", data[16:20])[0]
+    at = 8
+    while at < len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        if kind == b"pHYs":
+            per_unit, _, unit = struct.unpack(">IIB", data[at + 8:at + 17])
+            return width, per_unit * 0.0254 if unit == 1 else None   # unit 1: per metre
+        if kind == b"IDAT":
+            break
+        at += 12 + length
+    return width, None
+
+
+def _svg_text(path: Path) -> tuple[float, float]:
+    """An SVG's smallest font size and its viewBox width, both in user units (16 = SVG's
+    default size, if no font size is set anywhere)."""
+    source = path.read_text(encoding="utf-8")
+    sizes = [float(s) for s in re.findall(r'font-size(?:="|:\s*)([0-9.]+)', source)]
+    viewbox = re.search(r'<svg\b[^>]*\bviewBox="\s*[-0-9.]+[\s,]+[-0-9.]+[\s,]+([0-9.]+)', source)
+    assert viewbox, f"{path}: no viewBox, cannot relate its text to its drawn width"
+    return min(sizes, default=16.0), float(viewbox.group(1))
+
+
+def _image_file(html_root: Path, src: str) -> Path:
+    return html_root / "_images" / urllib.parse.unquote(src.split("?")[0].rsplit("/_images/", 1)[1])
+
+
+def smallest_text_px(html_root: Path, src: str, shown_width: float) -> tuple[float, str]:
+    """CSS px of the smallest text of the content image ``src`` when its picture (content box)
+    is ``shown_width`` CSS px wide, and how that was found.
+
+    * A notebook figure (PNG) is drawn by ``llama_course.plots.book_style``: no text under
+      ``MIN_POINTS`` points, i.e. ``MIN_POINTS * 100/72`` px at the figure's own size at
+      matplotlib's 100 dpi. The PNGs are retina (2x) images: their pHYs chunk says 200 dpi, so
+      that size is ``naturalWidth * 100 / dpi`` CSS px (the same as the width myst-nb writes in
+      the img's style, which test_figure_text_is_readable checks too).
+    * A drawn diagram (SVG) states its font sizes in user units of its viewBox.
+    """
+    from llama_course.plots import MIN_POINTS
+
+    path = _image_file(html_root, src)
+    if path.suffix == ".svg":
+        font, view_width = _svg_text(path)
+        return font * shown_width / view_width, f"{font:g} of viewBox width {view_width:g}"
+    width, dpi = _png_size_and_dpi(path)
+    assert dpi, f"{path}: no pHYs chunk, so its size at 100 dpi is unknown"
+    own_width = width * 100 / dpi
+    return (MIN_POINTS * 100 / 72 * shown_width / own_width,
+            f"{MIN_POINTS:g} pt in a figure {own_width:.0f} px wide at 100 dpi")
+
+
+# For each content image: the width of its picture as shown (content box: the dark theme pads
+# notebook images), the width myst-nb wrote, and where it can be seen whole: the nearest
+# ancestor that scrolls sideways (its visible box, its scrollable extent) or else the viewport.
+_FIGURE_TEXT_JS = """
+() => [...document.querySelectorAll('main img')]
+  .filter(img => img.naturalWidth && /\\/_images\\//.test(img.currentSrc || img.src))
+  .map(img => {
+    const r = img.getBoundingClientRect(), cs = getComputedStyle(img);
+    const pad = ['paddingLeft', 'paddingRight', 'borderLeftWidth', 'borderRightWidth']
+      .reduce((s, k) => s + parseFloat(cs[k]), 0);
+    let frame = img.parentElement;
+    while (frame && !['auto', 'scroll'].includes(getComputedStyle(frame).overflowX))
+      frame = frame.parentElement;
+    const out = {src: img.currentSrc || img.src, shown: r.width - pad, styleWidth: img.style.width,
+                 left: r.left, right: r.right, viewport: document.documentElement.clientWidth};
+    if (frame) {
+      const f = frame.getBoundingClientRect();
+      const start = r.left - f.left - frame.clientLeft + frame.scrollLeft;
+      Object.assign(out, {frame: true, frameLeft: f.left, frameRight: f.right,
+                          start, end: start + r.width, scrollWidth: frame.scrollWidth,
+                          clientWidth: frame.clientWidth});
+    }
+    return out;
+  })
+"""
+
+
+# The cue that a frame scrolls: a shade over its right edge while there is more to the right,
+# over its left edge once scrolled (the ::after / ::before of the .figure-frame around it,
+# course.css; course.js follows the scrolling). Read at the start, then scrolled to the end.
+_CUE_JS = """
+async i => {
+  const img = [...document.querySelectorAll('main img')]
+    .filter(im => im.naturalWidth && /\\/_images\\//.test(im.currentSrc || im.src))[i];
+  const frame = img.closest('.figure-frame'), scroller = img.closest('.figure-scroll');
+  if (!frame || !scroller) return null;
+  const shown = which => {
+    const cue = getComputedStyle(frame, which);
+    return cue.display !== 'none' && cue.backgroundImage !== 'none'
+           && parseFloat(cue.opacity) > 0.5 && parseFloat(cue.width) > 0;
+  };
+  const settle = () => new Promise(done => setTimeout(done, 400));   // the cue fades in 0.2 s
+  await settle();
+  const atStart = {right: shown('::after'), left: shown('::before')};
+  scroller.scrollLeft = scroller.scrollWidth;
+  await settle();
+  const atEnd = {right: shown('::after'), left: shown('::before')};
+  scroller.scrollLeft = 0;
+  return {atStart, atEnd};
+}
+"""
+
+
+def _scroll_cue_shown(page, i: int) -> bool:
+    """The right edge is shaded at the start and not at the end, where the left one is."""
+    cue = page.evaluate(_CUE_JS, i)
+    return bool(cue) and (cue["atStart"]["right"] and not cue["atStart"]["left"]
+                          and cue["atEnd"]["left"] and not cue["atEnd"]["right"])
+
+
+def _reachable(img: dict) -> str | None:
+    """Why the reader cannot see all of the image (None: they can)."""
+    vw = img["viewport"]
+    if img.get("frame"):
+        if img["frameLeft"] < -1 or img["frameRight"] > vw + 1:
+            return f"its scrolling frame runs off the screen ({img['frameRight']:.0f} > {vw})"
+        if img["start"] < -1 or img["end"] > img["scrollWidth"] + 1:
+            return "part of it lies outside its frame's scrollable area"
+        return None
+    if img["left"] < -1 or img["right"] > vw + 1:
+        return f"it runs off the screen ({img['left']:.0f} to {img['right']:.0f} of {vw} px)"
+    return None
+
+
+@pytest.mark.parametrize("mode", ["desktop", "desktop-dark", "phone", "phone-dark"])
+def test_figure_text_is_readable(site, html_root, mode):
+    """At 1280 and 390 px, light and dark, the smallest text of every notebook
+    figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
+    browser gives the picture, and the whole figure can be reached: it fits the screen, or it
+    sits in a frame that scrolls sideways to all of it, with a visible cue while there is more."""
+    width = WIDTHS[mode.split("-")[0]]
+    small, unreachable, no_cue, mismatch, seen = [], [], [], [], 0
+    sizes: dict[str, list[float]] = {".png": [], ".svg": []}
+    for rel in book_pages(html_root):
+        v, context, page = _open(site, rel, width)
+        try:
+            if mode.endswith("dark"):
+                page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+            for i, img in enumerate(page.evaluate(_FIGURE_TEXT_JS)):
+                seen += 1
+                name = f"{rel} {img['src'].rsplit('/', 1)[-1][:16]}"
+                px, how = smallest_text_px(html_root, img["src"], img["shown"])
+                sizes.setdefault(Path(img["src"]).suffix, []).append(px)
+                if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
+                    natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))
+                    if abs(float(img["styleWidth"][:-2]) - natural * 100 / dpi) > 1:
+                        mismatch.append(f"{name}: style width {img['styleWidth']}, "
+                                        f"{natural} px at {dpi:.0f} dpi")
+                if px < MIN_TEXT_PX:
+                    small.append(f"{name}: smallest text {px:.1f} px ({how}, shown "
+                                 f"{img['shown']:.0f} px wide)")
+                why = _reachable(img)
+                if why:
+                    unreachable.append(f"{name}: {why}")
+                if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
+                    if not _scroll_cue_shown(page, i):
+                        no_cue.append(name)
+        finally:
+            context.close()
+    assert seen, "no content image measured at all: the measurement is broken"
+    print(f"{mode}: smallest text, " + "; ".join(
+        f"{len(v)} {k[1:].upper()}s {min(v):.1f} to {max(v):.1f} px" for k, v in sizes.items() if v))
+    assert not mismatch, "a PNG's size at 100 dpi is not the width myst-nb wrote:\n" + "\n".join(mismatch)
+    assert not small, (f"{len(small)} figures with text under {MIN_TEXT_PX:g} px at {width} px:\n"
+                       + "\n".join(small))
+    assert not unreachable, "figures the reader cannot see whole:\n" + "\n".join(unreachable)
+    assert not no_cue, "figures that scroll sideways without a visible cue:\n" + "\n".join(no_cue)
 
 
 @pytest.mark.parametrize("which", ["primary", "secondary"])

@@ -13,12 +13,31 @@ Registered in ``_config.yml`` next to ``course_version`` (``local_extensions``).
   ``''`` (fixed upstream in sphinx-doc/sphinx#13402, not in 7.x). sphinx-thebe's inline script
   declares ``const THEBE_JS_URL``, so the second copy threw "already declared" on every page.
   ``dedupe_scripts`` drops the second copy of any inline script with the same body.
+* **Figures readable on a phone.** ``frame_figures`` gives every content image (a notebook
+  figure, a drawn diagram of book/figures) the width at which its smallest text is shown at
+  ``READABLE_PX`` CSS pixels, as ``--readable-width`` in its style, and puts it (with the link
+  to its full-size file) in a frame that scrolls sideways; course.css makes that width the
+  image's minimum and course.js shows the scroll cue. On a wide screen the column is wider than
+  every such width and nothing changes; on a 390 px phone a figure is shown at a readable size
+  and scrolled instead of shrunk to 5-8 px text (issue 22). The width comes from the file:
+
+  - a notebook figure (a PNG of ``jupyter_execute``) is drawn by ``llama_course.plots.
+    book_style``: no text under ``MIN_POINTS`` points, ``MIN_POINTS * 100/72`` px when the
+    figure is shown at its own size at 100 dpi, which is ``width * 100 / dpi`` CSS px for a
+    PNG of ``width`` pixels whose pHYs chunk says ``dpi`` (200: the notebooks save retina PNGs);
+  - a drawn diagram (SVG) states its font sizes in user units of its viewBox.
 """
 from __future__ import annotations
 
+import math
+import re
+import struct
+import sys
 from pathlib import Path
 
 STATIC = Path(__file__).resolve().parents[1] / "_static"
+REPO = Path(__file__).resolve().parents[2]
+READABLE_PX = 11.0   # the smallest text a reader is shown, in CSS px (issue 22)
 
 
 def add_static(app, config) -> None:
@@ -45,9 +64,88 @@ def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     context["script_files"] = kept
 
 
+def min_points() -> float:
+    """``llama_course.plots.MIN_POINTS``: the smallest text of every notebook figure, in points."""
+    try:
+        from llama_course.plots import MIN_POINTS
+    except ImportError:
+        sys.path.insert(0, str(REPO))
+        from llama_course.plots import MIN_POINTS
+    return MIN_POINTS
+
+
+def png_size_and_dpi(path: Path) -> tuple[int, float | None]:
+    """A PNG's width in pixels and the dots per inch of its pHYs chunk (None without one)."""
+    data = path.read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError(f"path: {path} is not a PNG")
+    width, at = struct.unpack(">I", data[16:20])[0], 8
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at:at + 8])
+        if kind == b"pHYs":
+            per_unit, _, unit = struct.unpack(">IIB", data[at + 8:at + 17])
+            return width, per_unit * 0.0254 if unit == 1 else None   # unit 1: per metre
+        if kind == b"IDAT":   # pHYs must come before the image data
+            break
+        at += 12 + length
+    return width, None
+
+
+def svg_text(path: Path) -> tuple[float, float] | None:
+    """An SVG's smallest font size and its viewBox width, in user units (None: no viewBox)."""
+    source = path.read_text(encoding="utf-8")
+    viewbox = re.search(r'<svg\b[^>]*\bviewBox="\s*[-0-9.]+[\s,]+[-0-9.]+[\s,]+([0-9.]+)', source)
+    if not viewbox:
+        return None
+    sizes = [float(s) for s in re.findall(r'font-size(?:="|:\s*)([0-9.]+)', source)]
+    return min(sizes, default=16.0), float(viewbox.group(1))   # 16: SVG's default font size
+
+
+def readable_width(path: Path) -> int | None:
+    """CSS px at which the image's smallest text is READABLE_PX (None: not known for it)."""
+    if path.suffix == ".svg":
+        found = svg_text(path)
+        return math.ceil(found[1] * READABLE_PX / found[0]) if found else None
+    if path.suffix == ".png" and "jupyter_execute" in path.parts:
+        width, dpi = png_size_and_dpi(path)
+        if dpi:
+            own_px = width * 100 / dpi                      # the figure at 100 dpi, CSS px
+            return math.ceil(own_px * READABLE_PX / (min_points() * 100 / 72))
+    return None
+
+
+_IMAGE = re.compile(r'(<a class="reference internal image-reference"[^>]*>\s*)?'
+                    r'(<img\b[^>]*?\bsrc="[^"]*?_images/([^"/]+)"[^>]*>)(\s*</a>)?')
+
+
+def frame_figures(app, pagename, templatename, context, doctree) -> None:
+    """html-page-context: each content image gets its readable width and a scrolling frame."""
+    body = context.get("body")
+    if not body or "_images/" not in body:
+        return
+    sources = {out: Path(app.srcdir) / src for src, out in app.builder.images.items()}
+
+    def frame(match: re.Match) -> str:
+        link, img, name, end = match.group(1) or "", match.group(2), match.group(3), match.group(4) or ""
+        source = sources.get(name)
+        width = readable_width(source) if source is not None and source.is_file() else None
+        if width is None:
+            return match.group(0)
+        style = f"--readable-width: {width}px;"
+        if ' style="' in img:
+            img = img.replace(' style="', f' style="{style} ', 1)
+        else:
+            img = img.replace("<img", f'<img style="{style}"', 1)
+        return (f'<span class="figure-frame"><span class="figure-scroll">{link}{img}{end}'
+                "</span></span>")
+
+    context["body"] = _IMAGE.sub(frame, body)
+
+
 def setup(app):
     app.connect("config-inited", add_static)
     app.connect("html-page-context", dedupe_scripts)
+    app.connect("html-page-context", frame_figures)
     app.add_css_file("course.css")
     app.add_js_file("course.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

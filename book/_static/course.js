@@ -18,3 +18,33 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 });
+
+// Scroll cue of the figures. book/_ext/course_site.py puts each figure in a .figure-frame whose
+// .figure-scroll scrolls sideways where the column is narrower than the width at which the
+// figure's text is readable (a phone). The frame is marked .more-right / .more-left while
+// there is more of the figure that way; course.css shades that edge. Images are opaque, so the
+// background shadow that wide tables use would be hidden under them: the shade is an overlay.
+document.addEventListener("DOMContentLoaded", () => {
+  const frames = [...document.querySelectorAll(".figure-frame")];
+  const update = (frame) => {
+    const scroller = frame.querySelector(".figure-scroll");
+    if (!scroller) return;
+    const more = scroller.scrollWidth - scroller.clientWidth;
+    frame.classList.toggle("more-left", more > 1 && scroller.scrollLeft > 1);
+    frame.classList.toggle("more-right", more > 1 && scroller.scrollLeft < more - 1);
+  };
+  const observer = "ResizeObserver" in window
+    ? new ResizeObserver((entries) => entries.forEach((e) => update(e.target.closest(".figure-frame"))))
+    : null;
+  for (const frame of frames) {
+    const scroller = frame.querySelector(".figure-scroll");
+    if (!scroller) continue;
+    scroller.addEventListener("scroll", () => update(frame), { passive: true });
+    for (const img of scroller.querySelectorAll("img")) {
+      img.addEventListener("load", () => update(frame));
+      if (observer) observer.observe(img);
+    }
+    if (observer) observer.observe(scroller);
+    update(frame);
+  }
+});
