@@ -790,6 +790,33 @@ def test_phone_toggles_open_the_navigation(site, html_root, which):
         context.close()
 
 
+_PAGE_OVERFLOW_JS = """
+() => {
+  const width = document.documentElement.clientWidth;
+  const framed = '.figure-frame, .table-wrapper, div.math-wrapper, mjx-container[display="true"], div.highlight, '
+               + '.cell_output, pre';
+  const past = el => el.getBoundingClientRect().right > width + 1;
+  return [...document.querySelectorAll('.bd-article *')]
+    .filter(el => !el.closest(framed) && !(el.parentElement && el.parentElement.closest('mjx-container, svg')))
+    .filter(el => el.checkVisibility() && past(el) && ![...el.children].some(past))
+    .map(el => el.tagName.toLowerCase() + ': ' + (el.textContent || '').trim().slice(0, 60));
+}
+"""
+
+
+def test_phone_page_does_not_scroll_sideways(site, html_root):
+    """At 390 px nothing in the text runs past the screen's right edge (long inline code wraps):
+    only figures, tables, display math and code blocks scroll, each inside its own frame."""
+    over = []
+    for rel in book_pages(html_root):
+        v, context, page = _open(site, rel, WIDTHS["phone"])
+        try:
+            over += [f"{rel}: {what}" for what in page.evaluate(_PAGE_OVERFLOW_JS)]
+        finally:
+            context.close()
+    assert not over, f"{len(over)} elements run past a 390 px screen:\n" + "\n".join(over[:30])
+
+
 DIAGRAM_CHAPTERS = (*range(1, 11), 12, 13)
 
 
