@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .attention import merge_heads
-from .checks import check_int, check_positive_int, check_type
+from .checks import argument_check, check_int, check_positive_int, check_type
 from .config import LlamaConfig, is_sliding_layer
 from .gqa import gqa_attention
 from .kv_cache import KVCache
@@ -99,9 +99,7 @@ class SlidingWindowKVCache(KVCache):
     def update_window(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Return the keys and values a query of this step may need -- the last W - 1 cached
         positions and the new ones -- with their sequence indices (S,); then keep the newest W."""
-        if not self.sliding[check_int("layer", layer, 0, self.n_layers - 1)]:
-            raise ValueError(f"layer {layer} is a full-attention layer: use update")
-        self._check_update(layer, k, v)                                              # shapes, dtype, capacity
+        self._check_window_update(layer, k, v)                  # a sliding layer; shapes, dtype, capacity
         past, new = self.length, k.shape[-2]
         buf_k, buf_v = self.keys[layer], self.values[layer]
         slots = buf_k.shape[-2]
@@ -113,6 +111,12 @@ class SlidingWindowKVCache(KVCache):
         buf_v[:, :, kept % slots] = v[:, :, kept - past]
         self._pending = new
         return keys, values, torch.cat([held, torch.arange(past, past + new, device=k.device)])
+
+    @argument_check
+    def _check_window_update(self, layer, k, v) -> None:
+        if not self.sliding[check_int("layer", layer, 0, self.n_layers - 1)]:
+            raise ValueError(f"layer {layer} is a full-attention layer: use update")
+        self._check_update(layer, k, v)
 
     def crop(self, length: int) -> None:
         """A rolling buffer has overwritten old positions: it cannot be rewound."""

@@ -793,8 +793,8 @@ def test_phone_toggles_open_the_navigation(site, html_root, which):
 _PAGE_OVERFLOW_JS = """
 () => {
   const width = document.documentElement.clientWidth;
-  const framed = '.figure-frame, .table-wrapper, div.math-wrapper, mjx-container[display="true"], div.highlight, '
-               + '.cell_output, pre';
+  const framed = '.figure-frame, .table-wrapper, .pst-scrollable-table-container, div.math-wrapper, '
+               + 'mjx-container[display="true"], div.highlight, .cell_output, pre';
   const past = el => el.getBoundingClientRect().right > width + 1;
   return [...document.querySelectorAll('.bd-article *')]
     .filter(el => !el.closest(framed) && !(el.parentElement && el.parentElement.closest('mjx-container, svg')))
