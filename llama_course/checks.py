@@ -142,6 +142,8 @@ def check_positive_number(name: str, value) -> float:
 def check_finite(name: str, value):
     """A finite number, or a tensor without NaN or infinity (one device-to-host copy on a GPU; meta
     tensors hold no values and pass)."""
+    if _TRUSTED.get():
+        return value
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         if value.device.type != "meta" and value.numel() and (value.is_floating_point() or value.is_complex()) \
                 and not bool(torch.isfinite(value).all()):
@@ -152,6 +154,8 @@ def check_finite(name: str, value):
 
 def check_bool(name: str, value) -> bool:
     """True or False (NumPy's bool too)."""
+    if _TRUSTED.get():
+        return value
     if not _is_bool(value):
         raise TypeError(f"{name} must be a bool, got {_type_name(value)}")
     return bool(value)
@@ -233,6 +237,8 @@ def check_token_ids(name: str, value, vocab_size: int, like: torch.Tensor | None
                     like_name: str | None = None) -> torch.Tensor:
     """An int64 or int32 tensor of token ids, each in [0, vocab_size), on ``like``'s device. The
     range check costs one device-to-host copy on a GPU; ids on the meta device hold no values."""
+    if _TRUSTED.get():
+        return value
     check_tensor(name, value, like=like, like_name=like_name)
     if value.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {value.dtype}")

@@ -58,9 +58,13 @@ class KVCache:
                 raise ValueError(f"{name} must be (batch, n_kv_heads, new, head_dim) = "
                                  f"{(*buffer.shape[:2], k.shape[-2], buffer.shape[-1])} as the cache was made, "
                                  f"got {tuple(t.shape)}")
-        if self.length + k.shape[-2] > self.max_seq_len:
+        self.check_room(k.shape[-2])
+
+    def check_room(self, new: int) -> None:
+        """ValueError unless ``new`` more positions fit after the ``length`` cached ones."""
+        if self.length + new > self.max_seq_len:
             raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
-                             f"{self.length} are filled and {k.shape[-2]} more do not fit")
+                             f"{self.length} are filled and {new} more do not fit")
 
     def advance(self) -> None:
         """Called by the model after all layers wrote this step's positions."""

@@ -158,9 +158,7 @@ class LatentKVCache(KVCache):
         check_int("layer", layer, 0, self.n_layers - 1)
         new = c_kv.shape[-2]
         end = self.length + new
-        if end > self.max_seq_len:
-            raise ValueError(f"the KV cache holds {self.max_seq_len} positions (its capacity); "
-                             f"{self.length} are filled and {new} more do not fit")
+        self.check_room(new)
         for name, t, buf in (("c_kv", c_kv, self.keys[layer]), ("k_pe", k_pe, self.values[layer])):
             check_tensor(name, t, 4, like=buf, like_name="the cache")
             if t.shape != (buf.shape[0], 1, new, buf.shape[-1]):

@@ -208,7 +208,8 @@ class Llama(nn.Module):
             raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
         if cache is not None:
             self._check_cache(cache, input_ids)
-        end = (cache.length if cache is not None else 0) + input_ids.shape[1]
+        past = cache.length if cache is not None else 0
+        end = past + input_ids.shape[1]
         if positions is not None:
             check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
             check_positions(positions, self.config.max_seq_len)
@@ -219,7 +220,7 @@ class Llama(nn.Module):
             raise ValueError(f"positions must be in [0, {self.config.max_seq_len}) (max_seq_len), got up to {end - 1}")
         if attention_mask is not None:
             check_attention_mask(attention_mask)                  # (B, T) of 0/1 integers or booleans
-            expected = (input_ids.shape[0], (cache.length if cache is not None else 0) + input_ids.shape[1])
+            expected = (input_ids.shape[0], end)
             if tuple(attention_mask.shape) != expected:
                 raise ValueError(f"attention_mask must be (batch, past + new) = {expected}, "
                                  f"got {tuple(attention_mask.shape)}")
@@ -240,9 +241,7 @@ class Llama(nn.Module):
             raise TypeError(f"cache holds {buffer.dtype} but the model computes in {self.embed_tokens.weight.dtype}: "
                             f"make the cache with the model's dtype")
         check_tensor("the cache", buffer, like=input_ids, like_name="input_ids")
-        if cache.length + input_ids.shape[1] > cache.max_seq_len:
-            raise ValueError(f"the KV cache holds {cache.max_seq_len} positions (its capacity); {cache.length} are "
-                             f"filled and {input_ids.shape[1]} more do not fit")
+        cache.check_room(input_ids.shape[1])
 
     @classmethod
     def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
