@@ -221,5 +221,25 @@ def test_list_works_in_a_student_release(tmp_path):
     run = grade("--list", cwd=release, env={"PYTHONPATH": str(release)})
     assert run.returncode == 0, run.stderr
     assert re.search(r'^Exercise 4\.1\s+softmax\s+practice\s+4\.3 "Softmax"\s+3$', run.stdout, re.M), run.stdout
+    homework = r'^Homework 4\.A\s+alibi_bias\s+homework\s+4\.4 "The causal mask"\s+\d+$'   # "beyond section 4.4"
+    assert re.search(homework, run.stdout, re.M), run.stdout
     assert re.search(r"^Homework 97\.A\s+hw\s+homework\s+1$", run.stdout, re.M), run.stdout
     assert "public checks' only" in run.stdout
+
+
+def test_staging_skips_a_file_past_the_size_limit_and_says_why(tmp_path, monkeypatch):
+    """A submission holding a file past the limit used to crash the grader (chmod of a file never
+    copied); now the file is left out, and a .py file past the limit fails to import with the reason."""
+    from llama_course.grade import grader
+
+    monkeypatch.setattr(grader, "SUBMISSION_BYTES", 100)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ch01_anatomy.py").write_text("x = 1\n")
+    (sub / "ch02_tokens.py").write_text("# " + "y" * 200 + "\n")
+    (sub / "weights.bin").write_bytes(b"\0" * 500)
+    (tmp_path / "out").mkdir()
+    out = grader.stage(sub, tmp_path / "out")
+    assert (out / "ch01_anatomy.py").read_text() == "x = 1\n"
+    assert not (out / "weights.bin").exists()
+    assert "was not graded" in (out / "ch02_tokens.py").read_text()

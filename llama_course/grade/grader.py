@@ -309,6 +309,11 @@ def stage(folder: Path, into: Path) -> Path:
         elif real.is_file() and total + real.stat().st_size <= SUBMISSION_BYTES:
             total += real.stat().st_size
             shutil.copyfile(real, target)
+        else:   # too large, or not a regular file (a FIFO, a device): not graded, and said so on import
+            why = f"{relative.as_posix()} was not graded: not a regular file, or past the {SUBMISSION_BYTES} byte limit"
+            if relative.suffix != ".py":
+                continue
+            target.write_text(f"raise ImportError({why!r})\n")
         target.chmod(0o644)
     return into
 
@@ -362,7 +367,8 @@ def write_atomically(path: Path, data: dict) -> None:
 # --list
 # --------------------------------------------------------------------------------------------
 
-LABEL = re.compile(r'((?:Exercise|Homework) [\w.]+) ([\w.]+)[^"\n()]*\(Chapter (\d+), section ([\d.]+) "([^"]+)"\)')
+LABEL = re.compile(r'((?:Exercise|Homework) [\w.]+) ([\w.]+)[^"\n()]*\(Chapter (\d+), (?:beyond )?section ([\d.]+) '
+                   r'"([^"]+)"\)')
 
 
 def exercise_sections() -> dict[str, str]:
