@@ -69,7 +69,7 @@ def test_expert_choice_matches_the_definition(impl, capacity):
     got = impl.expert_choice_moe(x, gate, experts, capacity)
     assert got.shape == x.shape and got.dtype == x.dtype, f"shape {tuple(got.shape)} {got.dtype}, expected x's"
     unchosen = sorted(set(range(10)) - set().union(*picks))
-    assert_close(got, expected, f"expert_choice_moe (capacity {capacity}; experts pick tokens {picks}; "
+    assert_close(got, expected.to(x.dtype), f"expert_choice_moe (capacity {capacity}; experts pick tokens {picks}; "
                  f"tokens {unchosen} unchosen) vs one expert at a time", rtol=1e-4, atol=1e-5)
 
 
@@ -80,7 +80,7 @@ def test_expert_choice_ties_dtype_and_errors(impl):
     x[3] = x[1]
     x[5] = x[1]                                                            # tokens 1, 3, 5 tie for every expert
     expected, picks = expert_choice_reference(x, gate, experts, 2)
-    assert_close(impl.expert_choice_moe(x, gate, experts, 2), expected,
+    assert_close(impl.expert_choice_moe(x, gate, experts, 2), expected.to(x.dtype),
                  f"tied tokens: each expert takes the lower token index first (picks {picks})", rtol=1e-4, atol=1e-5)
     half = impl.expert_choice_moe(x.to(torch.bfloat16), gate.to(torch.bfloat16),
                                   [tuple(t.to(torch.bfloat16) for t in w) for w in experts], 2)
