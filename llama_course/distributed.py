@@ -301,7 +301,9 @@ def load(path: str | Path, model, optimizer, generator: torch.Generator, cfg, pa
 
 
 def demo_data(vocab_size: int = 64, n_tokens: int = 3000, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeded tokens with something to learn (60% of tokens are their predecessor + 1): train, validation."""
+    """Seeded tokens with something to learn: train, validation. With probability 0.6 a token is set
+    to its predecessor's drawn value + 1; as predecessors may be set too, about a quarter of the
+    tokens end up equal to the token before them + 1."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab_size, (n_tokens,), generator=g)          # (n,)
     follow = torch.rand(n_tokens, generator=g) < 0.6                         # (n,)

@@ -12,6 +12,7 @@ desktop column (``text_px`` computes it). Symbols in labels are written in matht
 
 from __future__ import annotations
 
+from .checks import check_positive_number
 from .config import LlamaConfig, count_parameters
 
 COLUMN_IN = 7.0      # the text column at 1280 px, in inches of a 100-dpi figure (about 700 px)
@@ -44,10 +45,9 @@ def book_style() -> None:
 
 def figsize(width: float = COLUMN_IN, height: float | None = None, aspect: float = 0.5) -> tuple:
     """A figure size in inches, no wider than ``MAX_WIDTH_IN`` (height: ``aspect * width``)."""
-    if width <= 0 or (height is not None and height <= 0) or aspect <= 0:
-        raise ValueError(f"figsize: sizes must be positive, got {width=}, {height=}, {aspect=}")
+    check_positive_number("width", width), check_positive_number("aspect", aspect)
     width = min(width, MAX_WIDTH_IN)
-    return (width, height if height is not None else aspect * width)
+    return (width, check_positive_number("height", height) if height is not None else aspect * width)
 
 
 def text_px(points: float, fig_width_in: float, column_in: float = COLUMN_IN) -> float:
@@ -71,7 +71,7 @@ def plot_parameter_breakdown(config: LlamaConfig, title: str | None = None, ax=N
         (r"vocabulary head ($d \times V$)", counts["lm_head"]),
     ]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 2.8))
+        fig, ax = plt.subplots(figsize=figsize(COLUMN_IN, 2.8))
     else:
         fig = ax.figure
     labels = [name for name, _ in parts][::-1]

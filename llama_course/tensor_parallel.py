@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import json
 import re
-import types
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .ffn import silu
 from .model import Llama, LlamaBlock
 
 
@@ -51,11 +49,6 @@ def block_plan() -> dict:
     }
 
 
-def _swiglu_by_modules(self, x: torch.Tensor) -> torch.Tensor:
-    """SwiGLU through the three Linear modules (whose hooks split and reduce): down(SiLU(gate x) * up x)."""
-    return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))   # (..., d_model)
-
-
 def parallelize_block(block: LlamaBlock, mesh) -> LlamaBlock:
     """Split one block across ``mesh`` (a 1-D DeviceMesh) in place; each rank keeps H/N query heads,
     H_kv/N key/value heads and d_ff/N hidden units."""
@@ -67,7 +60,6 @@ def parallelize_block(block: LlamaBlock, mesh) -> LlamaBlock:
                          f"d_ff ({block.mlp.gate_proj.out_features})")
     parallelize_module(block, mesh, block_plan())
     attn.n_heads, attn.n_kv_heads = attn.n_heads // n, attn.n_kv_heads // n  # heads on this rank
-    block.mlp.forward = types.MethodType(_swiglu_by_modules, block.mlp)
     return block
 
 
@@ -105,7 +97,7 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
         name = meta_to_course_name(meta_name)
         if name is None:
             continue
-        tensor = tensor.to(dtype) if dtype is not None else tensor
+        tensor = tensor.to(device=mesh.device_type, dtype=dtype)  # this rank's device (dtype None: kept)
         current = model.get_parameter(name)
         if isinstance(current, DTensor):                         # a block matrix: the shard is the local piece
             value = DTensor.from_local(tensor, mesh, current.placements, run_check=False)
@@ -119,7 +111,7 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
             raise ValueError(f"{meta_name}: shard gives {tuple(value.shape)}, the model needs {tuple(current.shape)}")
         module_name, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(module_name), leaf, nn.Parameter(value))
-    model.set_device_of_rotary("cpu")
+    model.set_device_of_rotary(mesh.device_type)
     return model
 
 

@@ -50,7 +50,7 @@ def run_training(out: Path, par: distributed.Parallel, name: str) -> None:
     probe = fresh_model()
     wrapped = distributed.wrap(probe, par)
     optimizer = torch.optim.AdamW(probe.parameters())
-    x = torch.randint(0, CONFIG.vocab_size, (2, 9))
+    x = torch.randint(0, CONFIG.vocab_size, (2, 9), device=par.device)
     wrapped(x).float().mean().backward()
     optimizer.step()
     memory = distributed.state_bytes(probe, optimizer)
@@ -79,7 +79,7 @@ def run_tensor_parallel(out: Path, par: distributed.Parallel) -> None:
     mesh = init_device_mesh("cpu", (par.world_size,))
     reference = fresh_model()
     model = parallelize(fresh_model(), mesh)
-    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3)).to(mesh.device_type)
     outputs = []
     for m in (reference, model):
         logits = m(x)                                   # (B, T, V)
@@ -109,7 +109,7 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
         write_meta(directory, split_for_meta(fresh_model().state_dict(), par.world_size), params)
     distributed.barrier(par)
     model = load_meta_tensor_parallel(directory, mesh)
-    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4))
+    x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4)).to(mesh.device_type)
     logits = model(x).detach()
     if par.is_main:
         torch.save({"x": x, "logits": logits}, out / "meta_tp.pt")

@@ -228,6 +228,7 @@ def test_memory_and_communication_match_the_zero_paper():
     ddp = distributed.communication_bytes(7.5e9, 64, "ddp")
     assert distributed.communication_bytes(7.5e9, 64, "zero2") == ddp
     assert distributed.communication_bytes(7.5e9, 64, "zero3") == pytest.approx(1.5 * ddp)
+    # ring all-reduce (Patarasuk and Yuan 2009): each GPU sends 2 (N - 1) / N of the fp16 gradients
     assert ddp == pytest.approx(2 * 63 / 64 * 7.5e9 * 2)
     with pytest.raises(ValueError, match="strategy"):
         distributed.memory_per_gpu(1e9, 8, "zero4")
