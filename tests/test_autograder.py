@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -129,9 +130,17 @@ def test_collect_finds_files_at_any_depth(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o755 and stat.S_IMODE((out / "ch05_rope.py").stat().st_mode) == 0o644
 
 
-def test_run_autograder_grades_chapter_4_out_of_its_points(tmp_path):
+def test_run_autograder_grades_chapter_4_out_of_its_points():
     """A Gradescope upload of a zipped folder (exercises/ inside, macOS junk beside it) in a fake
-    /autograder tree: graded out of Chapter 4's points, and the key scores them all."""
+    /autograder tree: graded out of Chapter 4's points, and the key scores them all. The tree is in
+    a folder every user can enter, as /autograder is (pytest's own tmp_path is closed to others,
+    where a grader running as root refuses to grade)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        _grade_chapter_4(Path(folder))
+
+
+def _grade_chapter_4(tmp_path: Path) -> None:
     root = unpack(build(tmp_path / "autograder.zip", [4]), tmp_path / "autograder")
     upload = root / "submission" / "homework-4" / "exercises"
     upload.mkdir(parents=True)

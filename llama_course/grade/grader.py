@@ -241,7 +241,15 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
+def safe_text(text: str) -> str:
+    """Text that any terminal and any JSON reader takes: lone surrogates and control characters
+    (other than newline and tab) written as escapes."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c in "\n\t" or c.isprintable() or ord(c) > 127 else repr(c)[1:-1] for c in text)
+
+
 def _cut(text: str, limit: int = OUTPUT_CHARS) -> str:
+    text = safe_text(text)
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
 
 
@@ -320,7 +328,9 @@ def stage(folder: Path, into: Path) -> Path:
 
 def hidden_paths(test_dirs: list[Path]) -> list[Path]:
     """What student code must not read: the key, the hidden tests, the repository's git objects."""
-    paths = [REPO / "solutions", REPO / "tests" / "hidden", *(d for d in test_dirs if d.name == "hidden")]
+    paths = [REPO / "solutions", REPO / "tests" / "hidden", *(d for d in test_dirs if d.name == "hidden"),
+             REPO / "_build",                                # the instructor's built zips and site
+             REPO.parent / "submission_metadata.json"]       # Gradescope: earlier submissions' results
     git = REPO / ".git"
     if git.is_file():  # a worktree: .git names the real folder, whose commondir holds the objects
         gitdir = Path(git.read_text().partition("gitdir:")[2].strip())
@@ -454,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.class_dir is not None:
         if not args.class_dir.is_dir():
             parser.error(f"{args.class_dir} is not a folder")
+        if not args.same_user and not (sys.platform.startswith("linux") and os.geteuid() == 0):
+            print("grading refused: --class grades other people's code, which must not run as your own user "
+                  "(it could read your files, the key included, and every classmate's). Run it as root "
+                  "(e.g. sudo, or in a container), where each student's code runs as an unprivileged user; "
+                  "or pass --same-user to accept that it runs as you.", file=sys.stderr)
+            return 2
         return grade_class(args.class_dir, args.out_dir, _child_options(args, test_dirs))
     if not args.path.is_dir():
         parser.error(f"{args.path} is not a folder")
@@ -466,7 +482,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
-    confinement, warnings = sandbox.confine(hidden_paths(test_dirs), int(args.memory_limit * 2**30), args.same_user)
+    for stream in (sys.stdout, sys.stderr):  # a student's message must never crash the report
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        confinement, warnings = sandbox.confine(hidden_paths(test_dirs), int(args.memory_limit * 2**30),
+                                                args.same_user)
+    except sandbox.ConfinementError as err:  # fail closed: nothing is graded, and everyone is told why
+        message = f"grading refused: {err}"
+        print(message, file=sys.stderr)
+        write_atomically(out, results_json([], [message], []))
+        return 2
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     submission = find_submission(path.resolve())

@@ -54,6 +54,7 @@ import os
 import pickle
 import pkgutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,11 @@ PROCESS_LIMIT = 1024       # processes and threads the sandbox user may run at o
 SANDBOX_USER = "llama-course-student"  # used where per-run user ids are not available
 UID_BASE = 1_500_000_000  # + the grader's pid: each grader run's own unprivileged user id
 TAMPERED = "<the grader's checks>"  # recorded when student code replaces the call watcher
+
+
+class ConfinementError(RuntimeError):
+    """Student code cannot be confined on this machine; the message says what to do instead.
+    The grader then grades nothing (it never falls back to running other people's code as root)."""
 
 
 class StudentCodeError(Exception):
@@ -116,27 +122,72 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
     """The strongest confinement this machine allows, and warnings about what is missing.
 
     As root: a user id of this grader run's own (UID_BASE + the grader's pid: no other process,
-    no other grader run, no file uses it), else the named user SANDBOX_USER (created if missing)."""
+    no other grader run, no file uses it), else the named user SANDBOX_USER (created if missing).
+    What student code must not read (``hide``) is closed to other users by its mode (o-rwx), and a
+    probe as that user checks it cannot be read; a mount namespace, where the kernel allows one,
+    covers it a second time. Raises ConfinementError where root cannot confine (a closed folder above
+    the course, a hidden path still readable): it never runs other people's code as root."""
     hide = [str(p) for p in hide if os.path.lexists(p)]
-    closed = None if same_user or os.name != "posix" else closed_folder(Path(__file__).resolve().parents[2])
-    if same_user or not sys.platform.startswith("linux") or os.geteuid() != 0 or closed:
-        why = ("--same-user was given" if same_user else "the grader is not running as root" if not closed else
-               f"{closed} is closed to other users (mode {oct(closed.stat().st_mode & 0o777)}), so an "
-               f"unprivileged user could not read the course; put it in a folder others can enter")
+    root = sys.platform.startswith("linux") and os.geteuid() == 0
+    if same_user or not root:
+        why = "--same-user was given" if same_user else "the grader is not running as root"
         return Confinement(memory_limit=memory_limit), [
             f"student code runs as your own user ({why}): it can read your files (the key included) "
             f"and signal the grader. That is fine for checking your own work; grade other people's "
             f"code as root (e.g. in a container or with sudo), where it runs as an unprivileged user."]
+    closed = closed_folder(Path(__file__).resolve().parents[2])
+    if closed:
+        raise ConfinementError(
+            f"{closed} is closed to other users (mode {oct(closed.stat().st_mode & 0o777)}), so the unprivileged "
+            f"user that runs student code could not read the course, and grading it as root would let it read "
+            f"the key and rewrite the results. Let other users enter the folder (chmod o+x {closed}) or put the "
+            f"course in one they can enter; to check only your own work, pass --same-user.")
     uid = UID_BASE + os.getpid()
     namespaces, switch = _probe(uid)
     uid, gid = (uid, uid) if switch else ensure_user(SANDBOX_USER)
     end_processes_of(uid)  # leftovers of an earlier, killed run with the same id
-    warnings = []
+    warnings = [f"closed {path} to other users (chmod o-rwx): student code must not read it"
+                for path in close_to_others(hide)]
+    readable = readable_by(uid, gid, hide)
+    if readable:
+        raise ConfinementError(
+            f"the user that runs student code (uid {uid}) can still read {', '.join(readable)} although it is "
+            f"closed to other users (a group or an ACL lets it in?): remove it from the grading machine, "
+            f"or make it readable by its owner only (chmod 700), then grade again")
     if hide and not namespaces:
-        warnings.append(f"this machine does not allow mount namespaces, so {', '.join(hide)} stay readable "
-                        f"by student code; remove them from the grading machine or `chmod o-rwx` them")
+        warnings.append("this machine does not allow mount namespaces: the key and the hidden tests are hidden "
+                        "from student code by their file modes only")
         hide = []
     return Confinement(uid, gid, tuple(hide), memory_limit), warnings
+
+
+def close_to_others(paths: list[str]) -> list[str]:
+    """Removes the permissions of "others" from each path (not following links); the paths changed."""
+    changed = []
+    for path in paths:
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode) and mode & 0o007:
+            os.chmod(path, stat.S_IMODE(mode) & ~0o007)
+            changed.append(path)
+    return changed
+
+
+def readable_by(uid: int, gid: int, paths: list[str]) -> list[str]:
+    """The paths a process running as ``uid``:``gid`` (no supplementary groups) can still read or list."""
+    if not paths:
+        return []
+    code = (f"import os, sys; os.setgroups([]); os.setgid({gid}); os.setuid({uid})\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        os.listdir(p) if os.path.isdir(p) else open(p, 'rb').close()\n"
+            "        print(p)\n"
+            "    except OSError:\n"
+            "        pass\n")
+    probe = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise ConfinementError(f"could not check, as uid {uid}, that student code cannot read the key and the "
+                               f"hidden tests: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
+    return [line for line in probe.stdout.splitlines() if line]
 
 
 def ensure_user(name: str) -> tuple[int, int]:
