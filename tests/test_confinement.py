@@ -2,6 +2,7 @@
 paths are unreadable, refuses where it cannot confine, and writes any student text safely."""
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +47,13 @@ def test_a_closed_folder_above_the_course_refuses_instead_of_running_as_root(tmp
     closed.mkdir(mode=0o700)
     with pytest.raises(sandbox.ConfinementError, match=r"closed to other users.*chmod o\+x"):
         sandbox.confine([])
+    confinement, warnings = sandbox.confine([], own=True)       # the course's own exercises/: yours
+    assert confinement.uid is None and "closed to other users" in warnings[0]
+    upload = tmp_path / "upload"                                 # somebody else's code: refused
+    upload.mkdir()
+    shutil.copy(REPO / "exercises" / "ch01_anatomy.py", upload)
     out = tmp_path / "results.json"
-    assert grader.main([str(REPO / "exercises"), "--out", str(out), "--chapter", "1"]) == 2
+    assert grader.main([str(upload), "--out", str(out), "--chapter", "1"]) == 2
     results = json.loads(out.read_text())
     assert results["tests"] == [] and results["score"] == 0
     assert results["output"].startswith("grading refused:") and str(closed) in results["output"]
@@ -75,3 +81,35 @@ def test_student_text_is_written_safely():
     assert "\\ud800" in text and "\\x1b" in text and "\\x07" in text
     assert "中文\nnext\tline" in text
     json.loads(json.dumps({"output": grader._cut(text)}, ensure_ascii=False))
+
+
+def hidden_result(**kw):
+    base = dict(name="test_scores[0.2727272727272727-3]", exercise="Homework 13.A", max_score=2.0, kind="homework",
+                hidden=True, failure="AssertionError: assert 0.5 == 0.2727272727272727 ± 1e-12\n  where inputs=[3, 7]",
+                error_type="AssertionError", student_output="expected = 0.2727272727272727  # read from the tests")
+    return grader.TestResult(**{**base, **kw})
+
+
+def test_hidden_feedback_reveals_no_oracle(monkeypatch):
+    monkeypatch.delenv("HIDDEN_VISIBILITY", raising=False)
+    results = [hidden_result(), hidden_result(name="test_scores[0.5-4]", score=2.0),
+               hidden_result(name="test_shape[7]", failure="AssertionError: shape (2, 3) != (2, 4)"),
+               hidden_result(name="test_raise[x]", failure="ValueError: inputs were [3, 7]", error_type="ValueError"),
+               grader.TestResult("test_public[1]", "Homework 13.A", 1.0, "homework", failure="assert 1 == 2")]
+    data = grader.results_json(results, [])
+    text = json.dumps(data)
+    assert "0.2727" not in text and "[3, 7]" not in text and "read from the tests" not in text
+    names = [t["name"] for t in data["tests"]]
+    assert names[:4] == ["Homework 13.A :: test_scores (hidden case 1)", "Homework 13.A :: test_scores (hidden case 2)",
+                         "Homework 13.A :: test_shape (hidden case 1)", "Homework 13.A :: test_raise (hidden case 1)"]
+    outputs = [t["output"] for t in data["tests"]]
+    assert outputs[0].startswith("wrong values") and outputs[1] == "passed"
+    assert outputs[2].startswith("wrong shape") and outputs[3].startswith("your code raised ValueError")
+    assert "assert 1 == 2" in outputs[4] and data["tests"][4]["visibility"] == "visible"   # public: full detail
+    assert all(t["visibility"] == "after_published" for t in data["tests"][:4])
+    assert "2 of 8 points come from 4 hidden tests" in data["output"]
+    monkeypatch.setenv("HIDDEN_VISIBILITY", "visible")
+    assert all(t["visibility"] == "visible" for t in grader.results_json(results, [])["tests"])
+    monkeypatch.setenv("HIDDEN_VISIBILITY", "sometimes")
+    with pytest.raises(ValueError, match="HIDDEN_VISIBILITY"):
+        grader.results_json(results, [])

@@ -61,6 +61,8 @@ class TestResult:
     failure: str = ""
     student_output: str = ""
     seen: set = field(default_factory=set)
+    hidden: bool = False      # from a hidden test file: feedback shows no expected value, no input
+    error_type: str = ""      # the exception's type name when the test failed by raising
 
     @property
     def first_line(self) -> str:
@@ -87,7 +89,8 @@ class _Collector:
                 continue
             share = devices if "device" in getattr(getattr(item, "callspec", None), "params", {}) else 1
             self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], graded.label,
-                                                   graded.points / share, graded.kind, graded.depends)
+                                                   graded.points / share, graded.kind, graded.depends,
+                                                   hidden=Path(str(getattr(item, "path", ""))).parent.name == "hidden")
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -127,6 +130,8 @@ class _Collector:
             result.score = 0.0
             if not result.failure:
                 result.failure = _describe_failure(call, report)
+                if call.excinfo is not None:
+                    result.error_type = call.excinfo.typename
         box = item.stash.get(SANDBOX, None)
         if box is not None:
             result.student_output = box.output
@@ -253,21 +258,58 @@ def _cut(text: str, limit: int = OUTPUT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... cut at {limit} characters]"
 
 
+# Gradescope's visibility of a hidden test's row (its name, points and feedback); the total score,
+# hidden points included, is always shown. HIDDEN_VISIBILITY=visible|hidden|after_due_date|after_published.
+VISIBILITIES = {"visible": "shown now", "hidden": "never shown to students",
+                "after_due_date": "shown after the due date", "after_published": "shown once grades are published"}
+CRASHES = {"StudentTimeout": "your code did not finish in time", "StudentCrash": "the process running your code died"}
+
+
+def hidden_feedback(r: TestResult) -> str:
+    """What a failing hidden test tells the student: the kind of error, never an expected value,
+    an input or a message that could carry one (the student's own exception text included)."""
+    if r.first_line == "not implemented yet" or r.failure.startswith(("grading error", "not run", "test did not")):
+        return r.first_line if r.first_line == "not implemented yet" else r.failure.splitlines()[0]
+    if r.error_type in CRASHES:
+        return f"{CRASHES[r.error_type]} on this hidden case"
+    if r.error_type and r.error_type not in ("AssertionError", "Failed"):
+        return f"your code raised {r.error_type} on this hidden case (hidden tests show no message or input)"
+    low = r.failure.lower()
+    kind = next((k for k in ("shape", "dtype", "device") if k in low), None)
+    what = f"wrong {kind}" if kind else "NaN or infinite values" if "nan" in low or "inf" in low else "wrong values"
+    return f"{what} on this hidden case (hidden tests show no expected value or input)"
+
+
 def results_json(results: list[TestResult], errors: list[str], notes: list[str] = ()) -> dict:
-    """Gradescope's results.json."""
-    failing, tests = failing_exercises(results), []
+    """Gradescope's results.json. Hidden tests are named by case number, not by their parameters,
+    and their rows follow HIDDEN_VISIBILITY (default after_published)."""
+    visibility = os.environ.get("HIDDEN_VISIBILITY", "after_published")
+    if visibility not in VISIBILITIES:
+        raise ValueError(f"HIDDEN_VISIBILITY must be one of {', '.join(VISIBILITIES)}, got {visibility!r}")
+    failing, tests, cases = failing_exercises(results), [], {}
     for r in results:
-        output = "passed" if r.score == r.max_score else r.failure
-        if r.score < r.max_score and dependency_note(r, failing):
+        passed = r.score == r.max_score
+        output = "passed" if passed else hidden_feedback(r) if r.hidden else r.failure
+        if not passed and dependency_note(r, failing):
             output += f"\n({dependency_note(r, failing)})"
         output = _cut(output)
-        if r.student_output:
+        if r.student_output and not r.hidden:
             output += f"\n--- your code printed ---\n{_cut(r.student_output, PRINTED_CHARS)}"
-        tests.append({"name": f"{r.exercise} :: {r.name}", "score": r.score, "max_score": r.max_score,
-                      "output": output, "visibility": "visible", "tags": [r.kind]})
-    summary = "\n".join([*errors, *notes]) if errors or notes else f"graded {len(tests)} tests"
+        name = r.name
+        if r.hidden:
+            function = r.name.split("[")[0]
+            cases[function] = cases.get(function, 0) + 1
+            name = f"{function} (hidden case {cases[function]})"
+        tests.append({"name": f"{r.exercise} :: {name}", "score": r.score, "max_score": r.max_score,
+                      "output": output, "visibility": visibility if r.hidden else "visible", "tags": [r.kind]})
+    hidden = [r for r in results if r.hidden]
+    summary = [*errors, *notes] if errors or notes else [f"graded {len(tests)} tests"]
+    if hidden:
+        summary.append(f"{_num(sum(r.score for r in hidden))} of {_num(sum(r.max_score for r in hidden))} points "
+                       f"come from {len(hidden)} hidden tests (in the total above); their rows are "
+                       f"{VISIBILITIES[visibility]}.")
     return {"score": sum(r.score for r in results), "max_score": sum(r.max_score for r in results),
-            "output": summary, "tests": tests}
+            "output": "\n".join(summary), "tests": tests}
 
 
 def homework_note(results: list[TestResult], test_dirs: list[Path]) -> str:
@@ -486,8 +528,9 @@ def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")
     try:
+        own = path.resolve().is_relative_to((REPO / "exercises").resolve())  # the caller's own exercises/
         confinement, warnings = sandbox.confine(hidden_paths(test_dirs), int(args.memory_limit * 2**30),
-                                                args.same_user)
+                                                args.same_user, own)
     except sandbox.ConfinementError as err:  # fail closed: nothing is graded, and everyone is told why
         message = f"grading refused: {err}"
         print(message, file=sys.stderr)

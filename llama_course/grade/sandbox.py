@@ -117,8 +117,8 @@ def closed_folder(path: Path) -> Path | None:
     return None
 
 
-def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
-            same_user: bool = False) -> tuple[Confinement, list[str]]:
+def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT, same_user: bool = False,
+            own: bool = False) -> tuple[Confinement, list[str]]:
     """The strongest confinement this machine allows, and warnings about what is missing.
 
     As root: a user id of this grader run's own (UID_BASE + the grader's pid: no other process,
@@ -126,16 +126,18 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT,
     What student code must not read (``hide``) is closed to other users by its mode (o-rwx), and a
     probe as that user checks it cannot be read; a mount namespace, where the kernel allows one,
     covers it a second time. Raises ConfinementError where root cannot confine (a closed folder above
-    the course, a hidden path still readable): it never runs other people's code as root."""
+    the course, a hidden path still readable): it never runs other people's code as root. ``own``: the
+    code is the course's own exercises/ (the caller's), which may run unconfined where root cannot confine."""
     hide = [str(p) for p in hide if os.path.lexists(p)]
     root = sys.platform.startswith("linux") and os.geteuid() == 0
-    if same_user or not root:
-        why = "--same-user was given" if same_user else "the grader is not running as root"
+    closed = closed_folder(Path(__file__).resolve().parents[2]) if root else None
+    if same_user or not root or (closed and own):
+        why = ("--same-user was given" if same_user else "the grader is not running as root" if not closed else
+               f"{closed} is closed to other users, and these are the course's own exercises/")
         return Confinement(memory_limit=memory_limit), [
             f"student code runs as your own user ({why}): it can read your files (the key included) "
             f"and signal the grader. That is fine for checking your own work; grade other people's "
             f"code as root (e.g. in a container or with sudo), where it runs as an unprivileged user."]
-    closed = closed_folder(Path(__file__).resolve().parents[2])
     if closed:
         raise ConfinementError(
             f"{closed} is closed to other users (mode {oct(closed.stat().st_mode & 0o777)}), so the unprivileged "
