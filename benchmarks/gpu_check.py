@@ -84,6 +84,11 @@ def section(results: dict, name: str, log: Log, fn, *args) -> None:
     results[name]["seconds"] = round(time.perf_counter() - started, 2)
 
 
+def sig(x: float, digits: int = 3) -> float:
+    """Round to significant figures: a small fraction (a loaded CPU) must not round to 0.0."""
+    return float(f"{x:.{digits}g}")
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -296,9 +301,9 @@ def decode(log: Log, device: torch.device, quick: bool, model, ceil: dict) -> di
         read = decode_bytes(config, 128 + 32, batch, nbytes)                  # mid-run context
         row = {"ms_per_step": round(seconds * 1e3, 3), "tokens_per_s": round(batch / seconds, 1),
                "gb_read_per_step": round(read / 1e9, 3), "achieved_gbs": round(read / seconds / 1e9, 1),
-               "fraction_of_copy": round(read / seconds / 1e9 / ceil["copy_gbs"], 3)}
+               "fraction_of_copy": sig(read / seconds / 1e9 / ceil["copy_gbs"])}
         if ceil.get("datasheet_tbs"):
-            row["fraction_of_datasheet"] = round(read / seconds / (ceil["datasheet_tbs"] * 1e12), 3)
+            row["fraction_of_datasheet"] = sig(read / seconds / (ceil["datasheet_tbs"] * 1e12))
         if device.type == "cuda":
             try:
                 graphed = graphed_step_seconds(model, config, batch, device)
@@ -306,7 +311,7 @@ def decode(log: Log, device: torch.device, quick: bool, model, ceil: dict) -> di
                 row["graphed_error"] = f"{type(err).__name__}: {err}"
             else:
                 row.update(graphed_ms_per_step=round(graphed * 1e3, 3),
-                           graphed_fraction_of_copy=round(read / graphed / 1e9 / ceil["copy_gbs"], 3))
+                           graphed_fraction_of_copy=sig(read / graphed / 1e9 / ceil["copy_gbs"]))
         out[f"batch_{batch}"] = row
         log(f"batch {batch}: {json.dumps(row)}")
     return out
@@ -345,9 +350,9 @@ def prefill(log: Log, device: torch.device, quick: bool, model, ceil: dict) -> d
             seconds = best_seconds(lambda: model(ids), device, 3)
         tflops = flops / seconds / 1e12
         row = {"ms": round(seconds * 1e3, 2), "tflops": float(f"{tflops:.4g}"),
-               "mfu_of_measured": round(tflops / ceil["matmul_tflops"], 3)}
+               "mfu_of_measured": sig(tflops / ceil["matmul_tflops"])}
         if ceil.get("datasheet_tflops"):
-            row["mfu_of_datasheet"] = round(tflops / ceil["datasheet_tflops"], 3)
+            row["mfu_of_datasheet"] = sig(tflops / ceil["datasheet_tflops"])
         out[backend] = row
         log(f"{backend}: {json.dumps(row)}")
     model.set_attention_backend("sdpa")
@@ -386,9 +391,9 @@ def train_speed(log: Log, device: torch.device, quick: bool, ceil: dict) -> dict
         tokens_per_s = batch * context / seconds
         tflops = 3 * flops_per_token(config, context // 2) * tokens_per_s / 1e12   # forward + backward
         row = {"tokens_per_s": round(tokens_per_s), "tflops": float(f"{tflops:.4g}"),
-               "mfu_of_measured": round(tflops / ceil["matmul_tflops"], 3)}
+               "mfu_of_measured": sig(tflops / ceil["matmul_tflops"])}
         if ceil.get("datasheet_tflops"):
-            row["mfu_of_datasheet"] = round(tflops / ceil["datasheet_tflops"], 4)
+            row["mfu_of_datasheet"] = sig(tflops / ceil["datasheet_tflops"])
         out["compiled" if compiled else "eager"] = row
         log(f"{'compiled' if compiled else 'eager'}: {json.dumps(row)}")
     return out

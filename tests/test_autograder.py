@@ -148,9 +148,15 @@ def _grade_chapter_4(tmp_path: Path) -> None:
     shutil.copy(REPO / "solutions" / "ch05_rope.py", upload)  # another chapter: not part of this assignment
     (root / "submission" / "__MACOSX").mkdir()
     (root / "submission" / "__MACOSX" / "ch04_attention.py").write_text("not python\x00")
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    # relative paths, as an instructor types them, are taken from where run_autograder is run
+    python = os.path.relpath(sys.executable, tmp_path)
+    env = {**os.environ, "AUTOGRADER_ROOT": "autograder", "AUTOGRADER_PYTHON": python}
     env.pop("PYTHONPATH", None)  # run_autograder must find the package in the zip by itself
-    run = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+    missing = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=tmp_path, capture_output=True,
+                             text=True, env={**env, "AUTOGRADER_PYTHON": "no/such/python"}, timeout=60)
+    assert missing.returncode == 1 and "no Python at" in missing.stderr
+    assert "no Python at" in json.loads((root / "results" / "results.json").read_text())["output"]
+    run = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     results = json.loads((root / "results" / "results.json").read_text())

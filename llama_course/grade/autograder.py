@@ -87,8 +87,16 @@ RUN_AUTOGRADER = """\
 set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
+case "$ROOT" in /*) ;; *) ROOT="$PWD/$ROOT" ;; esac     # relative paths: from where this was run
+case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; esac
 SOURCE="$ROOT/source"
 mkdir -p "$ROOT/results"
+if ! command -v "$PY" >/dev/null 2>&1; then
+  msg="grading error: no Python at $PY (AUTOGRADER_PYTHON); run setup.sh, or point AUTOGRADER_PYTHON at one"
+  echo "$msg" >&2
+  printf '{"score": 0, "output": "%s", "tests": []}\n' "$msg" > "$ROOT/results/results.json"
+  exit 1
+fi
 cd "$SOURCE"
 export PYTHONPATH="$SOURCE${PYTHONPATH:+:$PYTHONPATH}"
 # The student's chNN_*.py files, wherever they sit in the upload, copied to one readable folder.
