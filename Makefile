@@ -5,7 +5,7 @@ PYTHON ?= python3
 # installs torch): auto = PyPI's CUDA build on Linux when `nvidia-smi -L` lists a GPU, else the
 # CPU build from PyTorch's own index (on macOS, PyPI's build: CPU and MPS); or cpu, or cuda.
 TORCH ?= auto
-# The oldest Python the pins of requirements.lock install on (tests/test_install.py checks it).
+# The oldest Python the pins of requirements.lock install on (tests/e2e/test_install.py checks it).
 PYTHON_FLOOR := 3.11.5
 VENV := .venv
 PY := $(VENV)/bin/python

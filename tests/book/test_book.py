@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOC = (REPO / "_toc.yml").read_text()
 NOTEBOOKS = sorted(REPO / f"{name}.ipynb" for name in re.findall(r"file: (book/ch\d\d_\w+)", TOC))
 

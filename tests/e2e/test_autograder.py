@@ -18,7 +18,7 @@ import pytest
 
 from llama_course.grade.autograder import GRADING_PYTHON_FLOOR, build, collect
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 COUNT_POINTS = """

@@ -16,7 +16,7 @@ import pytest
 
 from llama_course.grade.stubs import BEGIN, END, make_stub
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 import student_release  # noqa: E402
 

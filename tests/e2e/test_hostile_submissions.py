@@ -18,7 +18,7 @@ import pytest
 from llama_course.grade.plugin import package_uses, reference_names
 from llama_course.grade.sandbox import closed_folder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "grader_cases"
 needs_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0
                                 or closed_folder(REPO) is not None,

@@ -1,7 +1,7 @@
 """Chapter 13 on CPU processes: DDP, FSDP2 and tensor parallel against one process, checkpoints
 across process counts, failures that end the run, bad use, and the memory arithmetic.
 
-The 2-process runs (tests/distributed_worker.py, gloo) are forked once from this process and write
+The 2-process runs (tests/e2e/distributed_worker.py, gloo) are forked once from this process and write
 what they computed; the one-process references are computed here with the ordinary ``train``. The
 failure test launches torchrun itself, as a user would.
 
@@ -36,7 +36,7 @@ from llama_course.train import train
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_worker as worker  # noqa: E402  (the worker's model, data and config)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOSS_TOL, WEIGHT_TOL = 5e-6, 2e-6
 
 
@@ -73,7 +73,7 @@ def launch(out: Path, scenario: str, timeout: float) -> subprocess.CompletedProc
     """torchrun, as a user runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(ROOT / "tests" / "distributed_worker.py"), str(out), scenario]
+               str(ROOT / "tests" / "e2e" / "distributed_worker.py"), str(out), scenario]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
