@@ -266,6 +266,7 @@ def graded_points():
     return ast.literal_eval(line.removeprefix("POINTS "))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_exercise_points_match_the_graded_tests(path, graded_points):
     """The points an Exercises section states are typed (the guard above allows them) because this

@@ -129,6 +129,7 @@ def test_collect_finds_files_at_any_depth(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o755 and stat.S_IMODE((out / "ch05_rope.py").stat().st_mode) == 0o644
 
 
+@pytest.mark.slow
 def test_run_autograder_grades_chapter_4_out_of_its_points(tmp_path):
     """A Gradescope upload of a zipped folder (exercises/ inside, macOS junk beside it) in a fake
     /autograder tree: graded out of Chapter 4's points, and the key scores them all."""

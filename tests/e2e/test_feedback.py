@@ -37,6 +37,7 @@ MUTANTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_seeded_mistake_gets_a_message_naming_its_symptom(tmp_path, name):
     file, original, mutated, selection, symptoms = MUTANTS[name]
