@@ -26,7 +26,7 @@ help::
 	@echo "make lab         JupyterLab on book/ with the course kernel registered"
 	@echo "make grade       grade your exercises/ (CHAPTER=4 for one chapter)"
 	@echo "make test        the whole suite: lint, unit, graded, notebooks, book build, site"
-	@echo "make check       the quick check (about 2 minutes): lint and the tests not marked slow"
+	@echo "make check       the quick check (about a minute): lint and the tests not marked slow"
 	@echo "make install-cuda  replace torch in .venv with PyPI's CUDA build (Linux)"
 
 # torch first, on its own (tools/install_torch.sh), so a machine without a GPU never pulls a
