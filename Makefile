@@ -5,7 +5,7 @@ PYTHON ?= python3
 # installs torch): auto = PyPI's CUDA build on Linux when `nvidia-smi -L` lists a GPU, else the
 # CPU build from PyTorch's own index (on macOS, PyPI's build: CPU and MPS); or cpu, or cuda.
 TORCH ?= auto
-# The oldest Python the pins of requirements.lock install on (tests/test_install.py checks it).
+# The oldest Python the pins of requirements.lock install on (tests/e2e/test_install.py checks it).
 PYTHON_FLOOR := 3.11.5
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -17,7 +17,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval-sanitize.cfg -p
 IMPL := $(if $(wildcard solutions/*.py),solutions,package)
 CHAPTER ?=
 
-.PHONY: help install install-cuda book lab lint gpu-check test test-unit test-package test-notebooks test-book \
+.PHONY: help install install-cuda book lab lint gpu-check check test test-unit test-package test-notebooks test-book \
         test-site test-site-if-browser grade clean exercises autograder student-release colab-cells lock
 
 help::
@@ -26,6 +26,7 @@ help::
 	@echo "make lab         JupyterLab on book/ with the course kernel registered"
 	@echo "make grade       grade your exercises/ (CHAPTER=4 for one chapter)"
 	@echo "make test        the whole suite: lint, unit, graded, notebooks, book build, site"
+	@echo "make check       the quick check (about a minute): lint and the tests not marked slow"
 	@echo "make install-cuda  replace torch in .venv with PyPI's CUDA build (Linux)"
 
 # torch first, on its own (tools/install_torch.sh), so a machine without a GPU never pulls a
@@ -62,8 +63,14 @@ lint: install
 test: lint test-unit test-package test-notebooks test-book test-site-if-browser
 	@echo "make test: all checks passed"
 
-# Package unit tests; graded tests against the key (must score 100%); in the instructor's tree,
-# exercises/ in sync with solutions/ and the grader end to end.
+# The quick check before a commit: lint and every test of tests/ that test-unit runs (unit and
+# parity, book lints, graded tests against the key) except those marked slow (pyproject.toml).
+check: lint
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope -m "not slow" tests --impl=$(IMPL)
+
+# Every test of tests/, the slow ones too: package unit tests (tests/unit), book lints (tests/book),
+# graded tests against the key (must score 100%); in the instructor's tree, exercises/ in sync with
+# solutions/, the grader end to end, the release and the install (tests/e2e).
 test-unit: install
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope tests --impl=$(IMPL)
 	$(if $(wildcard solutions/*.py),$(PY) -m llama_course.grade.stubs --check)

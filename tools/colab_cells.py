@@ -5,7 +5,7 @@
 The repository the notebooks install from is defined once, in _config.yml (`repository.url` and
 `repository.branch`, which also drive the book's Colab/Binder/repository buttons). A fork or a
 course's own repository changes it there and runs `make colab-cells`. Each cell keeps its own
-EXTRAS line (the package extras that chapter imports, see pyproject.toml); tests/test_install.py
+EXTRAS line (the package extras that chapter imports, see pyproject.toml); tests/e2e/test_install.py
 checks that they cover every import of the chapter.
 
 The cell installs with subprocess.run(..., check=True), so a failed install stops the notebook

@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "llama-course"
 INSTRUCTOR_ONLY = [
-    "solutions/", "tests/hidden/", "tests/grader_cases/", "tests/test_stubs.py", "tests/test_grader.py",
-    "tests/test_autograder.py", "tests/test_release.py", "tests/test_install.py", "tests/test_feedback.py",
-    "tests/test_hostile_submissions.py", "tools/student/",
+    "solutions/", "tests/hidden/", "tests/grader_cases/", "tests/e2e/test_stubs.py", "tests/e2e/test_grader.py",
+    "tests/e2e/test_autograder.py", "tests/e2e/test_release.py", "tests/e2e/test_install.py",
+    "tests/e2e/test_feedback.py", "tests/e2e/test_hostile_submissions.py", "tools/student/",
     "tools/student_release.py", "tools/colab_cells.py", "requirements-grade.txt", "CONTRIBUTING.md",
 ]
 MARKER = "instructor only: not in the student release"

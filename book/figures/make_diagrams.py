@@ -9,7 +9,7 @@ Colours are mid-tones on a transparent background with dark text; in dark mode t
 every image on a light card, so the diagrams read the same in both modes. Each file carries a
 <title> and <desc> for screen readers; the chapters add alt text and a caption. In a label,
 X_{ab} and X^{ab} set ab as a subscript or superscript (d_{r} is the chapter's $d_r$).
-tests/test_book.py checks that the files in the repository are exactly what this script draws.
+tests/book/test_book.py checks that the files in the repository are exactly what this script draws.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from .plugin import REPO
 # they need, at the versions of requirements.lock (`make lock` writes it).
 GRADING_PACKAGES = ["numpy", "regex", "pytest", "pytest-timeout", "transformers", "safetensors", "tiktoken",
                     "llama-models"]
-# The oldest Python that every pin of requirements-grade.txt installs on (tests/test_install.py
+# The oldest Python that every pin of requirements-grade.txt installs on (tests/e2e/test_install.py
 # checks it against the pins' Requires-Python). setup.sh uses the image's Python if it is at least
 # this, else installs Python 3.12 from the deadsnakes PPA.
 GRADING_PYTHON_FLOOR = "3.11"

@@ -1,4 +1,4 @@
-"""A graded suite for the hostile-submission tests (tests/test_hostile_submissions.py): the
+"""A graded suite for the hostile-submission tests (tests/e2e/test_hostile_submissions.py): the
 submission's answer() must return 42 and other() 1. The submissions are written by the tests."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""A graded suite for the reference-use check (tests/test_hostile_submissions.py): two Chapter 4
+"""A graded suite for the reference-use check (tests/e2e/test_hostile_submissions.py): two Chapter 4
 exercises, graded from a submission's ch04_attention.py."""
 
 import pytest

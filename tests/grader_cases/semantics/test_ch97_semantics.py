@@ -1,4 +1,4 @@
-"""A graded suite for the grader's semantics and feedback (tests/test_grader.py): dependencies,
+"""A graded suite for the grader's semantics and feedback (tests/e2e/test_grader.py): dependencies,
 long assertion messages, a skip, a hanging exercise with two tests, and a homework public check."""
 
 import pytest

@@ -16,9 +16,10 @@ import torch
 from llama_course import Llama, LlamaConfig, generate
 from llama_course.linear import linear
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_gpu_check_quick_mode_on_cpu(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "gpu_check.json"

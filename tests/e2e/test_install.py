@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 
 from llama_course.grade.autograder import GRADING_PYTHON_FLOOR, grading_requirements, normalize
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 import colab_cells  # noqa: E402
 

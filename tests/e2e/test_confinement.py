@@ -11,7 +11,7 @@ import pytest
 
 from llama_course.grade import grader, sandbox
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(not (sys.platform.startswith("linux") and os.geteuid() == 0),
                              reason="switching to another uid needs root on Linux")
 UID = sandbox.UID_BASE + 4242  # a uid no file and no process uses

@@ -10,7 +10,7 @@ import yaml
 
 import llama_course
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXT = REPO / "book" / "_ext" / "course_version.py"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 MUTANTS = {
     "wrong-attention-scale": (
@@ -37,6 +37,7 @@ MUTANTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_seeded_mistake_gets_a_message_naming_its_symptom(tmp_path, name):
     file, original, mutated, selection, symptoms = MUTANTS[name]

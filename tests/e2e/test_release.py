@@ -16,7 +16,7 @@ import pytest
 
 from llama_course.grade.stubs import BEGIN, END, make_stub
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 import student_release  # noqa: E402
 
@@ -25,7 +25,7 @@ INSTRUCTOR_TARGETS = {"exercises", "autograder", "student-release", "colab-cells
 # listed with `make -n` because they take minutes (the whole suite, the book), start a server
 # (lab), download (install-cuda) or need a CUDA GPU (gpu-check): their commands must not write exercises/.
 RUN = {"help", "install", "lint", "grade", "clean"}
-DRY = {"book", "lab", "test", "test-unit", "test-package", "test-notebooks", "test-book", "test-site",
+DRY = {"book", "lab", "test", "check", "test-unit", "test-package", "test-notebooks", "test-book", "test-site",
        "test-site-if-browser", "install-cuda", "gpu-check"}
 
 
@@ -63,6 +63,7 @@ def test_release_is_a_students_repository(tmp_path):
     assert makefile_targets(makefile) == RUN | DRY  # a new target must be classified above
 
 
+@pytest.mark.slow
 def test_every_make_target_keeps_the_students_edit(tmp_path):
     release = unpack_release(tmp_path)
     assert (Path(sys.prefix) / "bin" / "ruff").exists(), "run the tests from the course's venv (make install)"
@@ -189,6 +190,7 @@ def check_release(repo: Path, tmp_path: Path, impls=("package", "exercises"), ke
     return problems
 
 
+@pytest.mark.slow
 def test_release_holds_no_homework_answer_and_scores_no_homework_points(tmp_path):
     assert check_release(REPO, tmp_path) == []
 
@@ -241,6 +243,7 @@ def fake_instructor_tree(tmp_path):
     return repo
 
 
+@pytest.mark.slow
 def test_the_release_checks_pass_a_clean_tree_and_catch_a_leak(fake_instructor_tree, tmp_path):
     repo = fake_instructor_tree
     assert homework_blocks(repo / "solutions")[0][:2] == ("Homework 99.A interleave (Chapter 99, section 99.1 "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOC = (REPO / "_toc.yml").read_text()
 NOTEBOOKS = sorted(REPO / f"{name}.ipynb" for name in re.findall(r"file: (book/ch\d\d_\w+)", TOC))
 
@@ -266,6 +266,7 @@ def graded_points():
     return ast.literal_eval(line.removeprefix("POINTS "))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_exercise_points_match_the_graded_tests(path, graded_points):
     """The points an Exercises section states are typed (the guard above allows them) because this

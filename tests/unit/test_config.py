@@ -92,6 +92,7 @@ def test_preset_details():
     assert PRESETS["deepseek-v3"].head_dim == 64   # MLA: qk_rope_head_dim, the shared RoPE key's width
 
 
+@pytest.mark.slow
 def test_import_does_not_pull_in_plotting_or_jupyter():
     code = ("import sys, llama_course; "
             "print(sorted(m for m in ('matplotlib', 'IPython', 'jupyter_client', 'pytest') if m in sys.modules))")

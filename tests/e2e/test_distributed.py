@@ -1,7 +1,7 @@
 """Chapter 13 on CPU processes: DDP, FSDP2 and tensor parallel against one process, checkpoints
 across process counts, failures that end the run, bad use, and the memory arithmetic.
 
-The 2-process runs (tests/distributed_worker.py, gloo) are forked once from this process and write
+The 2-process runs (tests/e2e/distributed_worker.py, gloo) are forked once from this process and write
 what they computed; the one-process references are computed here with the ordinary ``train``. The
 failure test launches torchrun itself, as a user would.
 
@@ -36,7 +36,7 @@ from llama_course.train import train
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_worker as worker  # noqa: E402  (the worker's model, data and config)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LOSS_TOL, WEIGHT_TOL = 5e-6, 2e-6
 
 
@@ -73,7 +73,7 @@ def launch(out: Path, scenario: str, timeout: float) -> subprocess.CompletedProc
     """torchrun, as a user runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(ROOT / "tests" / "distributed_worker.py"), str(out), scenario]
+               str(ROOT / "tests" / "e2e" / "distributed_worker.py"), str(out), scenario]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
@@ -112,6 +112,7 @@ def assert_same_run(history, state, ref_history, ref_state) -> None:
     assert ref_history["train_loss"][-1] < ref_history["train_loss"][0] - 0.05   # it did learn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "ddp-accum"])
 def test_two_ranks_equal_one_process_with_the_whole_batch(runs, reference, name):
     result = torch.load(runs / f"{name}.pt", weights_only=False)
@@ -124,6 +125,7 @@ def test_gradient_accumulation_equals_the_whole_batch_at_once(reference):
     assert_same_run(history, model.state_dict(), *reference)
 
 
+@pytest.mark.slow
 def test_fsdp_holds_half_the_parameter_and_optimizer_state_per_rank(runs):
     ddp = torch.load(runs / "ddp.pt", weights_only=False)["memory"]
     fsdp = torch.load(runs / "fsdp.pt", weights_only=False)["memory"]
@@ -134,6 +136,7 @@ def test_fsdp_holds_half_the_parameter_and_optimizer_state_per_rank(runs):
     assert sum(m["parameters"] for m in fsdp) == params                                  # the shards add up
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ddp", "fsdp"])
 def test_two_rank_checkpoint_resumes_on_one_process(runs, reference, name, tmp_path):
     directory = shutil.copytree(runs / f"{name}-until5", tmp_path / name)   # the run adds its own checkpoint
@@ -143,6 +146,7 @@ def test_two_rank_checkpoint_resumes_on_one_process(runs, reference, name, tmp_p
     assert_same_run(history, model.state_dict(), *reference)
 
 
+@pytest.mark.slow
 def test_a_sharded_checkpoint_is_saved_by_the_crash_safe_protocol(runs, tmp_path):
     from llama_course.train import checkpoint_problem
 
@@ -160,6 +164,7 @@ def test_a_sharded_checkpoint_is_saved_by_the_crash_safe_protocol(runs, tmp_path
         train(worker.fresh_model(), *worker.data(), worker.TRAIN, out_dir=tmp_path, resume=True)
 
 
+@pytest.mark.slow
 def test_tensor_parallel_forward_and_backward_equal_one_process(runs):
     tp = torch.load(runs / "tp.pt", weights_only=False)
     torch.testing.assert_close(tp["logits"], tp["reference_logits"], rtol=0, atol=1e-6)
@@ -174,6 +179,7 @@ def test_tensor_parallel_forward_and_backward_equal_one_process(runs):
     assert shapes["layers.0.mlp.down_proj.weight"] == (c.d_model, c.d_ff // 2)
 
 
+@pytest.mark.slow
 def test_meta_shards_load_straight_into_tensor_parallel(runs):
     result = torch.load(runs / "meta_tp.pt", weights_only=False)
     merged = Llama.from_meta(runs / "meta")                        # the package's merge-first loader
@@ -181,6 +187,7 @@ def test_meta_shards_load_straight_into_tensor_parallel(runs):
     torch.testing.assert_close(result["logits"], worker.fresh_model()(result["x"]), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
     started = time.perf_counter()
     result = launch(tmp_path, "fail", timeout=120)
@@ -190,6 +197,7 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
     assert time.perf_counter() - started < 100        # ended, not waited out
 
 
+@pytest.mark.slow
 def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
     with pytest.raises(ValueError, match="divisible by world_size"):
         distributed.check_batch(10, 4)

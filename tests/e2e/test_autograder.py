@@ -19,7 +19,7 @@ import pytest
 
 from llama_course.grade.autograder import GRADING_PYTHON_FLOOR, build, collect
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 COUNT_POINTS = """
@@ -130,6 +130,7 @@ def test_collect_finds_files_at_any_depth(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o755 and stat.S_IMODE((out / "ch05_rope.py").stat().st_mode) == 0o644
 
 
+@pytest.mark.slow
 def test_run_autograder_grades_chapter_4_out_of_its_points():
     """A Gradescope upload of a zipped folder (exercises/ inside, macOS junk beside it) in a fake
     /autograder tree: graded out of Chapter 4's points, and the key scores them all. The tree is in

@@ -22,6 +22,7 @@ def tok():
     return train_bpe(TEXT + SPECIAL + TEXT, 256 + 100 + 2, special_tokens=[SPECIAL, "<|pad|>"])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_round_trip_any_unicode(tok, text):
@@ -38,6 +39,7 @@ def test_encode_iterable_equals_encode(tok, parts, size):
     assert list(tok.encode_iterable(chunks)) == tok.encode(text)
 
 
+@pytest.mark.slow
 def test_encode_iterable_streams_with_bounded_memory(tok):
     line = "The robot baked bread, and the bread was good. 中文 👋\n"
 

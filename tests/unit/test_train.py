@@ -190,6 +190,7 @@ train(Llama(config), data, data, cfg, out_dir=sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_a_process_killed_between_the_renames_resumes_from_the_new_checkpoint(tmp_path):
     from llama_course.train import find_checkpoint
 
@@ -335,6 +336,7 @@ def test_bad_input(data, tmp_path):
         load_checkpoint(tmp_path / "checkpoint", other)
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path, capsys):
     from llama_course.train import main
 

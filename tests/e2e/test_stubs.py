@@ -9,7 +9,7 @@ import pytest
 
 from llama_course.grade.stubs import NOT_IMPLEMENTED, exercise_labels, is_untouched_stub, main, make_stub, stale_stubs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SOLUTION = ('def f(x):\n    """Doc."""\n    # BEGIN SOLUTION Exercise 9.9 f (Chapter 9, section 9.1 "X")\n'
             '    return x\n    # END SOLUTION\n')
 

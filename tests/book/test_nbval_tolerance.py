@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("book_conftest", REPO / "book" / "conftest.py")
 book_conftest = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(book_conftest)

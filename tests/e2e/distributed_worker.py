@@ -1,5 +1,5 @@
-"""The 2-process side of tests/test_distributed.py, run under
-``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py OUT SCENARIO``.
+"""The 2-process side of tests/e2e/test_distributed.py, run under
+``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/e2e/distributed_worker.py OUT SCENARIO``.
 
 Scenarios: "all" (DDP and FSDP2 training, checkpoints at step 5, tensor parallel, Meta shards into
 tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail" makes rank 1 raise.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "book").glob("ch[0-9][0-9]_*.ipynb"))
 FOLDED = {"hide-input", "remove-input", "remove-cell"}
 # the calls that make a figure, for a cell whose committed outputs were cleared

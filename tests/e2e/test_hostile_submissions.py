@@ -18,7 +18,7 @@ import pytest
 from llama_course.grade.plugin import package_uses, reference_names
 from llama_course.grade.sandbox import closed_folder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CASES = REPO / "tests" / "grader_cases"
 needs_root = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0
                                 or closed_folder(REPO) is not None,
@@ -106,6 +106,7 @@ def scores(results: dict) -> dict:
     return {t["name"].split(" :: ")[1]: t for t in results["tests"]}
 
 
+@pytest.mark.slow
 @needs_root
 def test_forgers_daemons_and_the_gradescope_results_path(tmp_path):
     """Gradescope's layout under a tmp root: a daemon started at import time and one started by
@@ -152,6 +153,7 @@ def other():
     assert sorted(p.name for p in results_dir.iterdir()) == ["results.json"]
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_folder_made_at_the_results_path_cannot_crash_the_grader(tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="grader-shared-", dir="/tmp"))
@@ -176,6 +178,7 @@ def test_a_folder_made_at_the_results_path_cannot_crash_the_grader(tmp_path):
     request_cleanup(shared)
 
 
+@pytest.mark.slow
 @needs_root
 def test_the_key_is_out_of_reach(tmp_path):
     """A symbolic link to solutions/ is refused; the key found through llama_course.__file__
@@ -217,6 +220,7 @@ def test_the_key_is_out_of_reach(tmp_path):
     assert tests["test_other"]["score"] == 1
 
 
+@pytest.mark.slow
 def test_importing_the_reference_earns_nothing(tmp_path):
     write(tmp_path / "sub", "ch04_attention.py", """
         import torch
@@ -236,6 +240,7 @@ def test_importing_the_reference_earns_nothing(tmp_path):
     assert "the package's own softmax" in run.stdout  # under the table too
 
 
+@pytest.mark.slow
 def test_a_hidden_use_of_the_reference_is_caught_at_run_time(tmp_path):
     """No import the static check can see: the module's and the function's names are computed.
     Switching the watcher off is caught too."""
