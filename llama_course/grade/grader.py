@@ -181,6 +181,7 @@ def sandbox_options(confinement: sandbox.Confinement) -> list[str]:
     options = [f"--memory-limit={confinement.memory_limit}"]
     if confinement.uid is not None:
         options += [f"--sandbox-uid={confinement.uid}", f"--sandbox-gid={confinement.gid}"]
+    options += [f"--sandbox-move={old}:{new}" for old, new in confinement.moved]
     return options + [f"--sandbox-hide={path}" for path in confinement.hide]
 
 

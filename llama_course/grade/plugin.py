@@ -79,6 +79,8 @@ def pytest_addoption(parser):
     group.addoption("--sandbox-uid", type=int, default=None, help="with --isolate: run workers as this user id")
     group.addoption("--sandbox-gid", type=int, default=None, help="with --isolate: ... and this group id")
     group.addoption("--sandbox-hide", action="append", default=[], help="with --isolate: path hidden from workers")
+    group.addoption("--sandbox-move", action="append", default=[],
+                    help="with --isolate: FOLDER:COPY, workers import from COPY instead of FOLDER")
     group.addoption("--memory-limit", type=int, default=None, help="with --isolate: bytes of memory per worker")
 
 
@@ -190,7 +192,8 @@ def _sandboxed(request, path: Path):
     _check_imports(config, path, watch)
     memory = config.getoption("--memory-limit")
     confinement = Confinement(config.getoption("--sandbox-uid"), config.getoption("--sandbox-gid"),
-                              tuple(config.getoption("--sandbox-hide")), MEMORY_LIMIT if memory is None else memory)
+                              tuple(config.getoption("--sandbox-hide")), MEMORY_LIMIT if memory is None else memory,
+                              tuple(tuple(move.rsplit(":", 1)) for move in config.getoption("--sandbox-move")))
     sandbox = Sandbox(path, timeout=config.getoption("--impl-timeout"), confinement=confinement, watch=watch,
                       hung=given_up.setdefault((str(path), label), set()))
     request.addfinalizer(sandbox.close)

@@ -43,20 +43,24 @@ What student code can do, and what it costs it:
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 import ctypes
 import importlib
 import importlib.util
+import inspect
 import io
 import multiprocessing
 import os
 import pickle
 import pkgutil
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -74,6 +78,7 @@ STARTUP_SECONDS = 300      # for a worker to start, before the student's file is
 PROCESS_LIMIT = 1024       # processes and threads the sandbox user may run at once
 SANDBOX_USER = "llama-course-student"  # used where per-run user ids are not available
 UID_BASE = 1_500_000_000  # + the grader's pid: each grader run's own unprivileged user id
+_COURSE = Path(__file__).resolve().parents[2]  # the folder that holds llama_course/
 TAMPERED = "<the grader's checks>"  # recorded when student code replaces the call watcher
 
 
@@ -103,6 +108,7 @@ class Confinement:
     gid: int | None = None
     hide: tuple[str, ...] = ()
     memory_limit: int = MEMORY_LIMIT
+    moved: tuple[tuple[str, str], ...] = ()  # (folder, readable copy): where the worker imports from instead
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,11 +162,13 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT, same_user: bool 
             f"the user that runs student code (uid {uid}) can still read {', '.join(readable)} although it is "
             f"closed to other users (a group or an ACL lets it in?): remove it from the grading machine, "
             f"or make it readable by its owner only (chmod 700), then grade again")
+    moved, staged = readable_environment(uid, gid)
+    warnings += staged
     if hide and not namespaces:
         warnings.append("this machine does not allow mount namespaces: the key and the hidden tests are hidden "
                         "from student code by their file modes only")
         hide = []
-    return Confinement(uid, gid, tuple(hide), memory_limit), warnings
+    return Confinement(uid, gid, tuple(hide), memory_limit, moved), warnings
 
 
 def close_to_others(paths: list[str]) -> list[str]:
@@ -190,6 +198,95 @@ def readable_by(uid: int, gid: int, paths: list[str]) -> list[str]:
         raise ConfinementError(f"could not check, as uid {uid}, that student code cannot read the key and the "
                                f"hidden tests: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
     return [line for line in probe.stdout.splitlines() if line]
+
+
+STDLIB_LEFT_OUT = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip",
+                   "lib2to3", "__pycache__")  # not copied when the standard library is staged
+PREFLIGHT_IMPORTS = ("statistics", "fractions", "decimal", "heapq", "bisect", "json", "unicodedata", "sympy")
+
+
+def readable_environment(uid: int, gid: int) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """Make sure the worker (``uid``) can import what an honest answer imports: the standard library,
+    site-packages and the course. A standard library it cannot read (a Python under a closed home
+    folder: pyenv, uv, conda in /root) is copied into a readable folder for this run (removed at exit)
+    and the worker imports from the copy; site-packages or the course it cannot read cannot be copied
+    (torch alone is gigabytes), so grading is refused with what to do. Then a probe imports
+    PREFLIGHT_IMPORTS as ``uid`` from the copy; any that fails refuses grading, naming its file.
+    Returns the (folder, copy) pairs and a note for each copy made."""
+    stdlib = sorted({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
+    packages = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")} | {str(_COURSE)})
+    packages = [path for path in packages if os.path.isdir(path)]
+    closed = [path for path in packages if path not in readable_by(uid, gid, packages)]
+    if closed:
+        raise ConfinementError(
+            f"the user that runs student code (uid {uid}) cannot read {', '.join(closed)} (a closed folder on the "
+            f"way: {closed_folder(Path(closed[0]))}), so honest code that imports from it would fail only in the "
+            f"grader. Install the course where other users can read it (e.g. clone it under /opt or /srv and run "
+            f"make install there with a system Python such as /usr/bin/python3), or let others enter the folders "
+            f"on the way (chmod o+x), then grade again")
+    unreadable = [path for path in stdlib if os.path.isdir(path) and path not in readable_by(uid, gid, stdlib)]
+    moved = tuple((path, _readable_copy(path)) for path in unreadable)
+    notes = [f"the standard library {path} is closed to the user that runs student code: it imports from a "
+             f"readable copy made for this run ({copy})" for path, copy in moved]
+    _preflight(uid, gid, moved)
+    return moved, notes
+
+
+def _readable_copy(folder: str) -> str:
+    """A copy of ``folder`` (a standard library, without STDLIB_LEFT_OUT) that every user can read
+    and only root can write, removed when the grader exits."""
+    copy = tempfile.mkdtemp(prefix="llama-course-python-")
+    atexit.register(shutil.rmtree, copy, True)
+    target = os.path.join(copy, os.path.basename(folder))
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns(*STDLIB_LEFT_OUT), copy_function=shutil.copyfile,
+                    ignore_dangling_symlinks=True)
+    for where, _, files in os.walk(copy):
+        os.chmod(where, 0o755)
+        for name in files:
+            os.chmod(os.path.join(where, name), 0o644)
+    return target
+
+
+def _preflight(uid: int, gid: int, moved: tuple[tuple[str, str], ...]) -> None:
+    """Import PREFLIGHT_IMPORTS as ``uid``, the way a worker does (started as root, then switched,
+    imports moved); raise ConfinementError naming the first that fails and its file."""
+    code = (f"import importlib, importlib.util, os, sys\n{inspect.getsource(move_imports)}\n"
+            f"found = {{n: getattr(importlib.util.find_spec(n), 'origin', None) for n in sys.argv[1:]}}\n"
+            f"os.setgroups([]); os.setgid({gid}); os.setuid({uid}); move_imports({moved!r})\n"
+            "for name, origin in found.items():\n"
+            "    if origin is None: continue\n"
+            "    try: __import__(name)\n"
+            "    except Exception as err: sys.exit(f'{name} ({origin}): {type(err).__name__}: {err}')\n")
+    probe = subprocess.run([sys.executable, "-c", code, *PREFLIGHT_IMPORTS], capture_output=True, text=True,
+                           cwd=tempfile.gettempdir())
+    if probe.returncode != 0:
+        failed = (probe.stderr.strip().splitlines() or [f"(exit code {probe.returncode})"])[-1]
+        raise ConfinementError(
+            f"the user that runs student code (uid {uid}) cannot import {failed}; "
+            f"honest code would fail only in the grader. Install the course and its Python where other "
+            f"users can read them (e.g. under /opt with /usr/bin/python3), then grade again")
+
+
+def move_imports(moved) -> None:
+    """In a worker: import from the readable copies instead of the folders they copy (sys.path and
+    the __path__ of packages already imported)."""
+    pairs = sorted(((old, new) for old, new in moved), key=lambda pair: -len(pair[0]))
+
+    def move(path: str) -> str:
+        for old, new in pairs:
+            if path == old or path.startswith(old + os.sep):
+                return new + path[len(old):]
+        return path
+
+    if not pairs:
+        return
+    sys.path[:] = [move(path) for path in sys.path]
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__path__", None)
+        if isinstance(path, list):
+            path[:] = [move(entry) for entry in path]
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
 
 
 def ensure_user(name: str) -> tuple[int, int]:
@@ -533,6 +630,7 @@ def _confine(workdir: str, confinement: Confinement) -> None:
         os.setuid(confinement.uid)
         if os.getuid() != confinement.uid or os.geteuid() != confinement.uid:
             raise RuntimeError("could not drop privileges")
+    move_imports(confinement.moved)
 
 
 def _limit(name: str, value: int) -> None:

@@ -3,7 +3,9 @@ paths are unreadable, refuses where it cannot confine, and writes any student te
 import json
 import os
 import shutil
+import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -113,3 +115,82 @@ def test_hidden_feedback_reveals_no_oracle(monkeypatch):
     monkeypatch.setenv("HIDDEN_VISIBILITY", "sometimes")
     with pytest.raises(ValueError, match="HIDDEN_VISIBILITY"):
         grader.results_json(results, [])
+
+
+@as_root
+def test_a_closed_standard_library_is_imported_from_a_readable_copy(tmp_path):
+    """A Python under a closed home folder (pyenv, uv, conda in /root): the worker's uid cannot read
+    its standard library, so the grader copies it and the worker imports from the copy."""
+    home = tmp_path / "home"
+    lib = home / "lib" / "python3"
+    lib.mkdir(parents=True)
+    (lib / "course_probe_module.py").write_text("ANSWER = 42\n")
+    home.chmod(0o700)
+    copy = sandbox._readable_copy(str(lib))
+    code = ("import importlib, os, sys\n"
+            f"from llama_course.grade.sandbox import move_imports\nsys.path.insert(0, {str(lib)!r})\n"
+            f"os.setgroups([]); os.setgid({UID}); os.setuid({UID})\n"
+            f"if sys.argv[1] == 'moved': move_imports((({str(lib)!r}, {copy!r}),))\n"
+            "import course_probe_module; print(course_probe_module.ANSWER, course_probe_module.__file__)\n")
+    moved = subprocess.run([sys.executable, "-c", code, "moved"], capture_output=True, text=True, cwd="/")
+    assert moved.returncode == 0 and moved.stdout.split() == ["42", f"{copy}/course_probe_module.py"], moved.stderr
+    unmoved = subprocess.run([sys.executable, "-c", code, "as is"], capture_output=True, text=True, cwd="/")
+    assert unmoved.returncode != 0 and "ModuleNotFoundError" in unmoved.stderr  # the copy is what made it work
+    assert oct(os.stat(copy).st_mode & 0o777) == "0o755" and os.stat(copy).st_uid == 0
+
+
+@pytest.fixture
+def open_tmp():
+    """A temporary folder other users can enter (pytest's own tmp_path is inside a 0700 folder)."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        yield Path(folder)
+
+
+@as_root
+def test_site_packages_the_worker_cannot_read_refuses_naming_it(open_tmp, monkeypatch):
+    closed = open_tmp / "home"
+    packages = closed / "venv" / "site-packages"
+    packages.mkdir(parents=True)
+    closed.chmod(0o700)
+    paths = {**sysconfig.get_paths(), "purelib": str(packages), "platlib": str(packages)}
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
+    with pytest.raises(sandbox.ConfinementError, match=f"cannot read {packages}.*closed folder on the way: {closed}"):
+        sandbox.readable_environment(UID, UID)
+
+
+@as_root
+def test_a_preflight_import_that_fails_as_the_worker_refuses_naming_the_module(open_tmp, monkeypatch):
+    closed, readable = open_tmp / "closed", open_tmp / "readable"
+    closed.mkdir(mode=0o700)
+    readable.mkdir(mode=0o755)
+    (closed / "course_missing_for_the_worker.py").write_text("")
+    (readable / "course_readable_module.py").write_text("")
+    os.chmod(readable / "course_readable_module.py", 0o644)
+    monkeypatch.setattr(sandbox, "PREFLIGHT_IMPORTS", ("course_readable_module", "course_missing_for_the_worker"))
+    monkeypatch.setenv("PYTHONPATH", f"{readable}:{closed}")  # both found as root; one unreadable to the worker
+    with pytest.raises(sandbox.ConfinementError, match="cannot import course_missing_for_the_worker"):
+        sandbox._preflight(UID, UID, ())
+    monkeypatch.setattr(sandbox, "PREFLIGHT_IMPORTS", ("course_readable_module",))
+    sandbox._preflight(UID, UID, ())                          # what the worker can import passes
+
+
+@pytest.mark.slow
+@as_root
+def test_an_honest_answer_that_imports_the_standard_library_scores_full_marks(tmp_path):
+    """The key of Chapter 1 with `import statistics, fractions` inside a graded function: full marks
+    as root (on a machine whose Python is under /root, as this VM's is, through the readable copy)."""
+    key = (REPO / "solutions" / "ch01_anatomy.py")
+    if not key.exists():
+        pytest.skip("the key is not in a student release")
+    source = key.read_text().replace(
+        "def ffn_hidden_dim(", "def _mean_of_two():\n    import fractions\n    import statistics\n\n"
+        "    return statistics.mean([fractions.Fraction(1), fractions.Fraction(3)])\n\n\ndef ffn_hidden_dim(", 1)
+    source = source.replace("\n    return ", "\n    assert _mean_of_two() == 2\n    return ", 1)
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    (upload / "ch01_anatomy.py").write_text(source)
+    out = tmp_path / "results.json"
+    assert grader.main([str(upload), "--out", str(out), "--chapter", "1"]) == 0
+    results = json.loads(out.read_text())
+    assert results["score"] == results["max_score"] > 0, [t for t in results["tests"] if t["score"] < t["max_score"]]
