@@ -77,8 +77,13 @@ def try_append(label, path):
 '''
 
 
-def grade(*args, env=None, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "llama_course.grade", *map(str, args)], cwd=cwd,
+# What root may do inside Docker's default container (Gradescope's): no CAP_SYS_ADMIN, so no mount namespaces.
+DOCKER_CAPS = ["setpriv", "--bounding-set=-all,+chown,+dac_override,+fowner,+fsetid,+kill,+setgid,+setuid,+setpcap,"
+               "+net_bind_service,+net_raw,+sys_chroot,+mknod,+audit_write,+setfcap", "--inh-caps=-all", "--"]
+
+
+def grade(*args, env=None, cwd=None, timeout=600, prefix=()):
+    return subprocess.run([*prefix, sys.executable, "-m", "llama_course.grade", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -218,6 +223,49 @@ def test_the_key_is_out_of_reach(tmp_path):
     assert tests["test_answer"]["score"] == 0 and "DENIED key" in tests["test_answer"]["output"]
     assert "READ" not in tests["test_answer"]["output"], tests["test_answer"]["output"]
     assert tests["test_other"]["score"] == 1
+
+
+@pytest.mark.slow
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs util-linux's setpriv")
+def test_under_dockers_capabilities_the_key_and_the_hidden_tests_stay_out_of_reach(tmp_path):
+    """Root without CAP_SYS_ADMIN, as in Gradescope's container: no mount namespace, so the file modes
+    alone must keep the key, the git data and the hidden tests away, and the key still scores."""
+    hidden = sorted((REPO / "tests" / "hidden").glob("test_*.py"))
+    if not hidden or not (REPO / "solutions").is_dir():
+        pytest.skip("needs the instructor's tree (solutions/, tests/hidden)")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(REPO / "solutions" / "ch04_attention.py", sub)
+    write(sub, "ch98_hostile.py", f"""
+        import pathlib
+        ROOT = pathlib.Path({str(REPO)!r})
+
+        def answer():
+            hidden = ROOT / "tests" / "hidden"
+            for path in [ROOT / "solutions" / "ch04_attention.py", ROOT / ".git" / "HEAD",
+                         *hidden.glob("test_*.py"), hidden / "{hidden[0].name}"]:
+                try:
+                    print("READ", path, path.read_text()[:3500])
+                except OSError as err:
+                    print("DENIED", path.name, type(err).__name__)
+            return 42
+
+        def other():
+            return 1
+    """)
+    out = tmp_path / "results.json"
+    run = grade(sub, "--tests", CASES / "reference", "--tests", CASES / "hostile", "--out", out, prefix=DOCKER_CAPS)
+    assert run.returncode == 0, run.stderr
+    assert "does not allow mount namespaces" in run.stderr       # the namespace layer really was missing
+    tests = scores(json.loads(out.read_text()))
+    assert tests["test_softmax"]["score"] == tests["test_softmax"]["max_score"] > 0    # the key still scores
+    assert tests["test_causal_mask"]["score"] == tests["test_causal_mask"]["max_score"]
+    said = tests["test_answer"]["output"]
+    assert "READ" not in said and said.count("DENIED") >= 3, said
+    written = out.read_text()
+    leaked = [line for path in hidden for line in path.read_text().splitlines() if len(line) > 30 and line in written]
+    assert not leaked, leaked[:3]
 
 
 @pytest.mark.slow
