@@ -589,7 +589,7 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.
 def _serve(conn, path: str, workdir: str, confinement: Confinement, watch: tuple[str, ...]) -> None:
     """Worker main: confine this process, import the student's file, answer requests until 'exit'."""
     try:
-        _confine(workdir, confinement)
+        _confine(workdir, confinement, conn.fileno())
     except BaseException as err:  # never run student code unconfined
         _send(conn, ("load_error", _describe(err, "grading error: could not set up the sandbox: "), "", []))
         return
@@ -610,10 +610,13 @@ def _serve(conn, path: str, workdir: str, confinement: Confinement, watch: tuple
         _send(conn, _answer(data, objects, capture, watcher))
 
 
-def _confine(workdir: str, confinement: Confinement) -> None:
-    """Own session, hidden paths, resource limits, then the sandbox user (fails closed)."""
+def _confine(workdir: str, confinement: Confinement, keep: int) -> None:
+    """Own session, no pipe to root's helpers, hidden paths, resource limits, then the sandbox user
+    (fails closed)."""
     if hasattr(os, "setsid"):
         os.setsid()
+    if confinement.uid is not None:
+        _close_inherited_pipes(keep)
     if confinement.hide:
         _hide(confinement.hide)
     _limit("RLIMIT_FSIZE", FILE_SIZE_LIMIT)
@@ -631,6 +634,20 @@ def _confine(workdir: str, confinement: Confinement) -> None:
         if os.getuid() != confinement.uid or os.geteuid() != confinement.uid:
             raise RuntimeError("could not drop privileges")
     move_imports(confinement.moved)
+
+
+def _close_inherited_pipes(keep: int) -> None:
+    """Close every pipe and socket but the grader's connection (``keep``): a forked worker inherits
+    the forkserver's and multiprocessing's resource tracker's, processes running as root that would
+    act on what student code wrote to them (the tracker unlinks any /dev/shm name it is sent)."""
+    from multiprocessing import resource_tracker
+
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        with contextlib.suppress(OSError):
+            if fd > 2 and fd != keep and os.readlink(f"/proc/self/fd/{fd}").startswith(("pipe:", "socket:")):
+                os.close(fd)
+    tracker = resource_tracker._resource_tracker
+    tracker._fd, tracker._pid = None, None  # student code that needs one starts its own, as itself
 
 
 def _limit(name: str, value: int) -> None:

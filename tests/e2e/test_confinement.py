@@ -194,3 +194,25 @@ def test_an_honest_answer_that_imports_the_standard_library_scores_full_marks(tm
     assert grader.main([str(upload), "--out", str(out), "--chapter", "1"]) == 0
     results = json.loads(out.read_text())
     assert results["score"] == results["max_score"] > 0, [t for t in results["tests"] if t["score"] < t["max_score"]]
+
+
+@as_root
+def test_a_worker_holds_no_pipe_to_roots_helpers(open_tmp):
+    """Forked from the forkserver, a worker used to inherit pipes to processes running as root (the
+    resource tracker unlinks any /dev/shm name written to it). Now its only pipe or socket is the
+    grader's connection (student code that needs a tracker starts its own, as its own user)."""
+    student = open_tmp / "ch98_fds.py"
+    student.write_text(
+        "import os\n"
+        "def pipes():\n"
+        "    seen = [os.readlink(f'/proc/self/fd/{fd}') for fd in os.listdir('/proc/self/fd')\n"
+        "            if os.path.exists(f'/proc/self/fd/{fd}')]\n"
+        "    return [target for target in seen if target.startswith(('pipe:', 'socket:'))]\n")
+    student.chmod(0o644)
+    confinement, _ = sandbox.confine([])
+    worker = sandbox.Sandbox(student, confinement=confinement)
+    try:
+        pipes = worker.module.pipes()
+        assert len(pipes) == 1 and pipes[0].startswith("socket:"), pipes   # the connection to the grader only
+    finally:
+        worker.close()
