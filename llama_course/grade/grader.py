@@ -277,7 +277,8 @@ def hidden_feedback(r: TestResult) -> str:
         return f"your code raised {r.error_type} on this hidden case (hidden tests show no message or input)"
     low = r.failure.lower()
     kind = next((k for k in ("shape", "dtype", "device") if k in low), None)
-    what = f"wrong {kind}" if kind else "NaN or infinite values" if "nan" in low or "inf" in low else "wrong values"
+    nonfinite = re.search(r"\b(nan|inf|infinite)\b", low)
+    what = f"wrong {kind}" if kind else "NaN or infinite values" if nonfinite else "wrong values"
     return f"{what} on this hidden case (hidden tests show no expected value or input)"
 
 
@@ -299,8 +300,8 @@ def results_json(results: list[TestResult], errors: list[str], notes: list[str] 
         name = r.name
         if r.hidden:
             function = r.name.split("[")[0]
-            cases[function] = cases.get(function, 0) + 1
-            name = f"{function} (hidden case {cases[function]})"
+            cases[r.exercise, function] = cases.get((r.exercise, function), 0) + 1
+            name = f"{function} (hidden case {cases[r.exercise, function]})"
         tests.append({"name": f"{r.exercise} :: {name}", "score": r.score, "max_score": r.max_score,
                       "output": output, "visibility": visibility if r.hidden else "visible", "tags": [r.kind]})
     hidden = [r for r in results if r.hidden]

@@ -136,7 +136,7 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT, same_user: bool 
     code is the course's own exercises/ (the caller's), which may run unconfined where root cannot confine."""
     hide = [str(p) for p in hide if os.path.lexists(p)]
     root = sys.platform.startswith("linux") and os.geteuid() == 0
-    closed = closed_folder(Path(__file__).resolve().parents[2]) if root else None
+    closed = closed_folder(_COURSE) if root else None
     if same_user or not root or (closed and own):
         why = ("--same-user was given" if same_user else "the grader is not running as root" if not closed else
                f"{closed} is closed to other users, and these are the course's own exercises/")
@@ -216,7 +216,8 @@ def readable_environment(uid: int, gid: int) -> tuple[tuple[tuple[str, str], ...
     stdlib = sorted({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
     packages = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")} | {str(_COURSE)})
     packages = [path for path in packages if os.path.isdir(path)]
-    closed = [path for path in packages if path not in readable_by(uid, gid, packages)]
+    readable = readable_by(uid, gid, packages + stdlib)
+    closed = [path for path in packages if path not in readable]
     if closed:
         raise ConfinementError(
             f"the user that runs student code (uid {uid}) cannot read {', '.join(closed)} (a closed folder on the "
@@ -224,7 +225,7 @@ def readable_environment(uid: int, gid: int) -> tuple[tuple[tuple[str, str], ...
             f"grader. Install the course where other users can read it (e.g. clone it under /opt or /srv and run "
             f"make install there with a system Python such as /usr/bin/python3), or let others enter the folders "
             f"on the way (chmod o+x), then grade again")
-    unreadable = [path for path in stdlib if os.path.isdir(path) and path not in readable_by(uid, gid, stdlib)]
+    unreadable = [path for path in stdlib if os.path.isdir(path) and path not in readable]
     moved = tuple((path, _readable_copy(path)) for path in unreadable)
     notes = [f"the standard library {path} is closed to the user that runs student code: it imports from a "
              f"readable copy made for this run ({copy})" for path, copy in moved]

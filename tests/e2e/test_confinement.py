@@ -216,3 +216,15 @@ def test_a_worker_holds_no_pipe_to_roots_helpers(open_tmp):
         assert len(pipes) == 1 and pipes[0].startswith("socket:"), pipes   # the connection to the grader only
     finally:
         worker.close()
+
+
+def test_hidden_feedback_kinds_and_case_numbers_per_exercise():
+    said = [grader.hidden_feedback(hidden_result(failure=f"AssertionError: {text}")) for text in
+            ("the information in row 2 differs", "inferred length 3 != 4", "output has nan at (0, 1)", "got inf")]
+    assert [s.split(" on this")[0] for s in said] == ["wrong values", "wrong values", "NaN or infinite values",
+                                                      "NaN or infinite values"]
+    rows = grader.results_json([hidden_result(exercise="Homework 12.A"), hidden_result(exercise="Homework 13.A"),
+                                hidden_result(exercise="Homework 13.A")], [])["tests"]
+    assert [row["name"] for row in rows] == ["Homework 12.A :: test_scores (hidden case 1)",
+                                             "Homework 13.A :: test_scores (hidden case 1)",
+                                             "Homework 13.A :: test_scores (hidden case 2)"]
