@@ -99,12 +99,12 @@ test-book: install
 # screenshots in _build/screenshots/. Drives the system Chromium ($CHROMIUM, else chromium).
 test-site: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
-	$(PY) -m pytest -p no:cacheprovider site_tests -q
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup site_tests -q
 
 # In `make test`: test-book has just built _build/html, so no rebuild here.
 test-site-if-browser: install
 	@if command -v "$${CHROMIUM:-chromium}" >/dev/null 2>&1; then \
-	  $(PY) -m pytest -p no:cacheprovider site_tests -q; \
+	  $(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup site_tests -q; \
 	else \
 	  echo "Chromium is not installed: skipping the browser checks of the site (apt-get install chromium to run them)"; \
 	fi

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
 from sitepages import REPO, html_dir, site_pages
 
 
@@ -28,9 +29,21 @@ def pytest_addoption(parser):
                     help="where screenshots go (default: <html-dir>/../screenshots)")
 
 
+def _page_params(pairs):
+    """pytest params for (transport, page) pairs, each in the xdist group of its visit, so that
+    under ``-n 2 --dist loadgroup`` every check of one visit runs in the worker that made it
+    (a page is opened once per transport, not once per worker)."""
+    return [pytest.param((t, p), id=f"{t}:{p}", marks=pytest.mark.xdist_group(f"{t}:{p}"))
+            for t, p in pairs]
+
+
 def pytest_generate_tests(metafunc):
-    """One case per content page and transport: ("http" | "file", "book/ch05_rope.html")."""
+    """One case per content page and transport: ("http" | "file", "book/ch05_rope.html");
+    ``book_page_id``: the chapters and other book/ pages over HTTP only (the screenshots)."""
+    pages = site_pages(html_dir(metafunc.config))
     if "page_id" in metafunc.fixturenames:
-        pages = site_pages(html_dir(metafunc.config))
-        params = [(transport, page) for transport in ("http", "file") for page in pages]
-        metafunc.parametrize("page_id", params, ids=[f"{t}:{p}" for t, p in params])
+        metafunc.parametrize("page_id", _page_params(
+            (transport, page) for transport in ("http", "file") for page in pages))
+    if "book_page_id" in metafunc.fixturenames:
+        metafunc.parametrize("book_page_id", _page_params(
+            ("http", page) for page in pages if page.startswith("book/")))
