@@ -301,6 +301,27 @@ def test_number_guard_catches_a_typed_number():
     assert [n for n, _ in typed_numbers("a loss of 512 nats", allow)] == ["512"]
 
 
+def test_number_guard_reads_admonitions_dropdowns_figures_and_metadata():
+    # the prose inside admonitions and dropdown answers, a figure's caption and alt text, and the
+    # captions and alt text of a notebook's figures are read; code and math fences are not
+    page = ("Intro.\n\n:::{admonition} Note\n:class: tip\nA decode step reads 13.5 GB.\n:::\n\n"
+            ":::{admonition} Answer\n:class: dropdown\nIt takes 4.02 ms.\n```python\nx = 99.5\n```\n:::\n\n"
+            "```{figure} figures/roofline.svg\n:name: fig-x\n:alt: A line rising to 989 TFLOP/s.\n\n"
+            "The roofline of 3350 GB/s.\n```\n\n```{math}\nx = 77.5\n```\n")
+    assert [n for n, _ in typed_numbers(page)] == ["13.5", "4.02", "989", "3350"]
+    cell = {"cell_type": "code", "source": [], "metadata": {"mystnb": {"figure": {"caption": "Loss after 300 steps."},
+                                                                      "image": {"alt": "A bar of 0.75."}}}}
+    notebook = {"cells": [cell], "metadata": {}}
+    path = REPO / "_build" / "guard_probe.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    try:
+        assert [n for n, _ in typed_numbers(prose_of(path))] == ["300", "0.75"]
+    finally:
+        path.unlink()
+    assert (REPO / "book" / "labs.md") in PAGES
+
+
 COUNT_POINTS = """
 import sys, pytest
 points = {}
