@@ -179,3 +179,12 @@ def test_list_shows_a_section_for_every_exercise():
               for m in re.findall(r"BEGIN SOLUTION ((?:Exercise|Homework) \S+)", p.read_text(encoding="utf-8"))}
     assert labels and {label for label in labels if not sections.get(label)} == set()
     assert sections["Exercise 5.2"] == '5.3 "Rotating pairs of features"'
+
+
+@pytest.mark.parametrize("chapter", ["ch12_after_llama", "ch13_parallel"])
+def test_chapters_12_and_13_print_their_points(chapter):
+    # test_book.test_exercise_points_match_the_graded_tests checks the numbers; it skips a chapter
+    # that states none, which is how these two went unchecked
+    text = flat(markdown(chapter))
+    assert re.search(r"\*\*Practice\*\* \([^)]*?\d+ points in all\)", text)
+    assert len(re.findall(r"\*\*Homework \d+\.[A-Z] `\w+`\*\* \(\d+ points\)", text)) == 2
