@@ -121,6 +121,7 @@ def test_homework_10b_is_a_per_assignment_variant_of_v_moe():
 
 def test_homework_12b_states_its_indicator():
     assert "Eq. 18 as printed" in solution_doc("ch12_after_llama", "sequence_balance_loss")
+    assert "eq. 18 as printed" in flat(markdown("ch12_after_llama"))
 
 
 def test_homeworks_13a_and_13b_have_worked_examples():
