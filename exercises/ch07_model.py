@@ -55,7 +55,7 @@ def hf_to_course_names(state_dict: dict) -> dict:
     ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
     """
     raise NotImplementedError(
-        'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")'
+        'Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading checkpoints in the real formats")'
         ': not implemented yet'
     )
 
@@ -102,4 +102,4 @@ def logit_lens(input_ids: torch.Tensor, state_dict: dict, config: LlamaConfig) -
         'Homework 7.B logit_lens (Chapter 7, beyond section 7.2 "The whole model")'
         ': not implemented yet'
     )
-# generated stub, sha256 1c96d0830c97822fb5aed733bea0e20e9abaad6d2d867fb78a93900f6aff3a2f
+# generated stub, sha256 514fc0c87d79cb364cdc5bb9ef9de6ca850c0447bbaf97ce24f90fe44d8bd6d8

@@ -33,7 +33,7 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
     raise NotImplementedError(
-        'Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies")'
+        'Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "GQA without copies")'
         ': not implemented yet'
     )
 
@@ -117,4 +117,4 @@ def ragged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens:
         'Homework 9.B ragged_attention (Chapter 9, beyond section 9.3 "GQA without copies")'
         ': not implemented yet'
     )
-# generated stub, sha256 b96c90c59a1461dbfabc76f43e700ed542c41834fa895e5273a80f5fd355e06c
+# generated stub, sha256 7082d8533081df3830e08c6fd08c44ca149569f2a801823e8b3dfe8c4db30216

@@ -68,9 +68,12 @@ def expert_choice_moe(x: torch.Tensor, gate_weight: torch.Tensor, experts: list,
 
 
 def priority_dispatch(weights: torch.Tensor, indices: torch.Tensor, n_experts: int, capacity: int):
-    """Capacity-limited dispatch with "batch prioritized routing" (Riquelme et al. 2021): when an
-    expert's buffer of ``capacity`` slots is too small, the assignments with the largest routing
-    weights get in, not the first tokens.
+    """Capacity-limited dispatch, a per-assignment variant of V-MoE's "batch prioritized routing"
+    (Riquelme et al. 2021): when an expert's buffer of ``capacity`` slots is too small, the
+    assignments with the largest routing weights get in, not the first tokens. Unlike V-MoE, which
+    orders whole tokens by their top weight and serves every token's first choice before any
+    token's second choice, this variant ranks each (token, expert) assignment by its own weight,
+    so a second choice can take a slot before another token's first choice.
 
     weights (N, k) float and indices (N, k) integers are the output of route_topk. Serve the N*k
     assignments in order of decreasing weight (ties: the lower token index first, then the lower
@@ -81,10 +84,12 @@ def priority_dispatch(weights: torch.Tensor, indices: torch.Tensor, n_experts: i
 
     Example: weights [[0.6, 0.4], [0.9, 0.1]], indices [[0, 1], [0, 1]], 2 experts, capacity 1:
     expert 0 serves token 1 first (0.9 > 0.6) and expert 1 serves token 0 (0.4 > 0.1), so
-    slots == [[-1, 0], [0, -1]] and dropped == 2.
+    slots == [[-1, 0], [0, -1]] and dropped == 2. (V-MoE's own rule would give [[-1, -1], [0, 0]]:
+    token 1's first choice takes expert 0, token 0's first choice finds it full, then token 1's
+    second choice takes expert 1 before token 0's second choice can.)
     """
     raise NotImplementedError(
         'Homework 10.B priority_dispatch (Chapter 10, beyond section 10.7 "Beyond Mixtral")'
         ': not implemented yet'
     )
-# generated stub, sha256 d5dc49a1b2fa0993e40eef45a142ef57311562716e248bbdfde52e7e9e2462b9
+# generated stub, sha256 1218ac5bff2f029890ef32619a5cac6f40e05b294fb83f1447df5ac7d213736c

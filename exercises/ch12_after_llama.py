@@ -87,6 +87,11 @@ def sequence_balance_loss(scores: torch.Tensor, experts: torch.Tensor, n_experts
         P_i      = (1 / T) * sum_t s'_{i,t}
         loss     = alpha * sum_i f_i P_i
 
+    The indicator counts the experts each token was actually routed to, as given in ``experts`` (in
+    V3 the biased, group-limited choice). Eq. 18 as printed writes 1(s_{i,t} in TopK({s_{j,t}}, K)),
+    the top K of the unbiased scores; the two differ whenever the bias or the group limit changes a
+    token's choice. Use ``experts``.
+
     Return a 0-dim float32 tensor (differentiable in scores). A perfectly even routing with
     uniform scores gives exactly alpha.
 
@@ -97,4 +102,4 @@ def sequence_balance_loss(scores: torch.Tensor, experts: torch.Tensor, n_experts
         'Homework 12.B sequence_balance_loss (Chapter 12, beyond section 12.4 "DeepSeekMoE")'
         ': not implemented yet'
     )
-# generated stub, sha256 20a4e8f1be94d0772da3dd819c02ce515908ccade7405f4bc482ed7c9e8c6bf0
+# generated stub, sha256 747abc5fedf35727114208f9c1fc4015c8508bfe8c9d942e4a0889663bd60426

@@ -60,9 +60,14 @@ def pipeline_bubble_fraction(n_stages: int, n_microbatches: int) -> float:
     """Pipeline parallelism (GPipe schedule): the model's layers are cut into n_stages consecutive
     stages, one per GPU, and a batch into n_microbatches. Every micro-batch passes through the
     stages in order (forward), then back in reverse order (backward); each stage handles one
-    micro-batch at a time, a forward takes one time slot and a backward two. Return the fraction
-    of the GPUs' time slots, from the first forward to the last backward, in which a GPU is idle.
-    Raise ValueError naming the argument for a count below 1."""
+    micro-batch at a time, a forward takes one time slot and a backward two, every forward comes
+    before any backward (GPipe's flush), and each step starts as soon as it can. Return the
+    fraction of the GPUs' time slots, from the first forward to the last backward, in which a GPU
+    is idle. Raise ValueError naming the argument for a count below 1.
+
+    Example: 3 stages, 4 micro-batches. The forwards end after 6 slots and the backwards after 12
+    more, so the step lasts 18 slots; each GPU is busy 4 * (1 + 2) = 12 of them and idle 6, and the
+    fraction is 3 * 6 / (3 * 18) = 1/3."""
     raise NotImplementedError(
         'Homework 13.A pipeline_bubble_fraction (Chapter 13, beyond section 13.7 "Pipeline parallel")'
         ': not implemented yet'
@@ -73,10 +78,16 @@ def all_to_all_counts(expert_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
     """Expert parallelism: expert_ids (R, N, k) holds, for each of R ranks, the k experts each of
     its N tokens is routed to. The n_experts experts are spread evenly over the R ranks, rank j
     holding experts j*E/R .. (j+1)*E/R - 1. Return the (R, R) int64 matrix of the all-to-all:
-    entry [i, j] is how many (token, expert) pairs rank i sends to rank j. Raise ValueError naming
-    n_experts if R does not divide it or an id is outside [0, n_experts)."""
+    entry [i, j] is how many (token, expert) pairs rank i sends to rank j. Pairs whose expert lives
+    on the token's own rank count as sent to itself, on the diagonal [i, i], although they never
+    cross the network. Raise ValueError naming n_experts if R does not divide it or an id is
+    outside [0, n_experts).
+
+    Example: R = 2 ranks, 4 experts (rank 0 holds 0-1, rank 1 holds 2-3), 2 tokens per rank, k = 2:
+    expert_ids = [[[0, 3], [1, 2]], [[1, 2], [3, 2]]] gives [[2, 2], [1, 3]]: rank 0 keeps 2 pairs
+    (experts 0 and 1) and sends 2 to rank 1; rank 1 sends 1 to rank 0 (expert 1) and keeps 3."""
     raise NotImplementedError(
         'Homework 13.B all_to_all_counts (Chapter 13, beyond section 13.6 "Expert parallel")'
         ': not implemented yet'
     )
-# generated stub, sha256 831edc1357f2d6bb2e2308b1a5450562ce7c9d9753630a4d5c99ddfd1e6c9c12
+# generated stub, sha256 f9ab3adc8d9d711bd68c9ebcb768735ef54f611507ef00d0d1eed533a388b93f

@@ -17,9 +17,10 @@ column-parallel layer can feed a row-parallel one directly (Megatron-LM, Shoeybi
 
 so each sub-layer needs exactly one all-reduce (after o and after down). PyTorch's
 ``ColwiseParallel`` shards nn.Linear's weight on dim 0 and ``RowwiseParallel`` on dim 1: Meta's
-model-parallel checkpoints (``consolidated.0r.pth``, one per rank of the original training) use
-the same split (wq, wk, wv, w1, w3 on dim 0; wo, w2 on dim 1; norms replicated), so rank r can
-load its file straight into its DTensor shards, without merging.
+model-parallel checkpoints (``consolidated.0r.pth``, one per rank of Meta's inference code, which
+runs Llama-2 7B on 1 GPU, 13B on 2 and 70B on 8; not one per GPU of the training) use the same
+split (wq, wk, wv, w1, w3 on dim 0; wo, w2 on dim 1; norms replicated), so rank r can load its
+file straight into its DTensor shards, without merging.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
 
 def split_for_meta(state: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
     """The inverse of merging (for tests and the chapter): the course's whole weights -> N Meta-style
-    model-parallel shards, each split along the dimension Meta's training split it."""
+    model-parallel shards, each split along the dimension Meta's inference code splits it."""
     from .checkpoint import _SPLIT_DIM, META_NAMES
 
     parts: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]

@@ -74,7 +74,7 @@ def hf_to_course_names(state_dict: dict) -> dict:
     "lm_head.weight" stays), and drops the RoPE buffers some checkpoints carry
     ("...rotary_emb.inv_freq"), which the course recomputes. Return a new dict with the same tensors.
     """
-    # BEGIN SOLUTION Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading real checkpoints")
+    # BEGIN SOLUTION Exercise 7.3 hf_to_course_names (Chapter 7, section 7.4 "Loading checkpoints in the real formats")
     renamed = {}
     for name, tensor in state_dict.items():
         if name.endswith("rotary_emb.inv_freq"):

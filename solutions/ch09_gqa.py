@@ -31,7 +31,7 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     Do not call repeat_kv, repeat_interleave or .repeat( on k or v. (Broadcasting k as
     (B, H_kv, 1, S, d) is correct too, but torch.matmul then copies k and v: see section 9.3.)
     """
-    # BEGIN SOLUTION Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "Grouped-query attention without copies")
+    # BEGIN SOLUTION Exercise 9.2 gqa_attention (Chapter 9, section 9.3 "GQA without copies")
     B, H, T, d = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     n_rep = H // H_kv

@@ -105,6 +105,11 @@ def sequence_balance_loss(scores: torch.Tensor, experts: torch.Tensor, n_experts
         P_i      = (1 / T) * sum_t s'_{i,t}
         loss     = alpha * sum_i f_i P_i
 
+    The indicator counts the experts each token was actually routed to, as given in ``experts`` (in
+    V3 the biased, group-limited choice). Eq. 18 as printed writes 1(s_{i,t} in TopK({s_{j,t}}, K)),
+    the top K of the unbiased scores; the two differ whenever the bias or the group limit changes a
+    token's choice. Use ``experts``.
+
     Return a 0-dim float32 tensor (differentiable in scores). A perfectly even routing with
     uniform scores gives exactly alpha.
 

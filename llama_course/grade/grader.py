@@ -421,8 +421,8 @@ def write_atomically(path: Path, data: dict) -> None:
 # --list
 # --------------------------------------------------------------------------------------------
 
-LABEL = re.compile(r'((?:Exercise|Homework) [\w.]+) ([\w.]+)[^"\n()]*\(Chapter (\d+), (?:beyond )?section ([\d.]+) '
-                   r'"([^"]+)"\)')
+LABEL = re.compile(r'((?:Exercise|Homework) [\w.]+) ([\w.]+(?: \(\w+\))?)[^"\n()]*'   # name, "apply_rope (half)"
+                   r'\(Chapter (\d+), (?:beyond )?section ([\d.]+) "([^"]+)"\)')
 
 
 def exercise_sections() -> dict[str, str]:

@@ -88,6 +88,8 @@ def test_pipeline_bubble_worked_example(impl):
     # the chapter's example: one stage has no bubble
     assert impl.pipeline_bubble_fraction(1, 8) == pytest.approx(0.0)
     assert isinstance(impl.pipeline_bubble_fraction(4, 8), float)
+    # the docstring's worked example: 3 stages, 4 micro-batches, 18 slots of which 6 idle per GPU
+    assert impl.pipeline_bubble_fraction(3, 4) == pytest.approx(1 / 3)
 
 
 @pytest.mark.graded(A2A, points=1, kind="homework")
@@ -97,3 +99,6 @@ def test_all_to_all_worked_example(impl):
     counts = impl.all_to_all_counts(ids, 4)
     assert counts.dtype == torch.int64 and counts.shape == (2, 2)
     assert counts.tolist() == [[1, 1], [0, 2]]
+    # the docstring's worked example: top-2, pairs kept on their own rank on the diagonal
+    ids = torch.tensor([[[0, 3], [1, 2]], [[1, 2], [3, 2]]])
+    assert impl.all_to_all_counts(ids, 4).tolist() == [[2, 2], [1, 3]]
