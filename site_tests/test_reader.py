@@ -376,12 +376,13 @@ def test_phone_contents_drawer_closes_on_a_tap(site, html_root):
         tips = page.evaluate("""() => [...document.querySelectorAll('.tooltip')]
                                   .filter(t => t.checkVisibility()).map(t => t.textContent.trim())""")
         heading_top = page.eval_on_selector(target, "h => h.getBoundingClientRect().top")
-        [b for b in page.query_selector_all(".primary-toggle") if b.is_visible()][0].click()
+        assert not still_open, "the 'On this page' drawer stays open over the text after a tap"
+        assert not tips, f"tooltips left over the header: {tips}"
+        assert 0 <= heading_top < SIZES["phone"][1], (
+            f"the tapped section is not in view ({heading_top} px)")
+        [b for b in page.query_selector_all(".primary-toggle") if b.is_visible()][0].click(timeout=5000)
         page.wait_for_timeout(400)
-        menu_open = page.eval_on_selector("#pst-primary-sidebar-modal", "d => d.open")
+        assert page.eval_on_selector("#pst-primary-sidebar-modal", "d => d.open"), (
+            "the next tap (the book menu) did nothing")
     finally:
         context.close()
-    assert not still_open, "the 'On this page' drawer stays open over the text after a tap"
-    assert not tips, f"tooltips left over the header: {tips}"
-    assert 0 <= heading_top < SIZES["phone"][1], f"the tapped section is not in view ({heading_top} px)"
-    assert menu_open, "the next tap (the book menu) did nothing"
