@@ -13,6 +13,9 @@ Registered in ``_config.yml`` next to ``course_version`` (``local_extensions``).
   ``''`` (fixed upstream in sphinx-doc/sphinx#13402, not in 7.x). sphinx-thebe's inline script
   declares ``const THEBE_JS_URL``, so the second copy threw "already declared" on every page.
   ``dedupe_scripts`` drops the second copy of any inline script with the same body.
+* **Code in tables breaks at its dots.** ``break_table_code`` puts a ``<wbr>`` after each "."
+  and "/" of inline code in a table; course.css lets such code break nowhere else in a cell
+  (never inside an identifier, issue 34).
 * **Figures readable on a phone.** ``frame_figures`` gives every content image (a notebook
   figure, a drawn diagram of book/figures) the width at which its smallest text is shown at
   ``READABLE_PX`` CSS pixels, as ``--readable-width`` in its style, and puts it (with the link
@@ -142,10 +145,31 @@ def frame_figures(app, pagename, templatename, context, doctree) -> None:
     context["body"] = _IMAGE.sub(frame, body)
 
 
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
+_PRE_TEXT = re.compile(r'(<span class="pre">)([^<]*)(</span>)')
+_BREAK_AFTER = re.compile(r"([./])(?=[^\s<])")
+
+
+def break_table_code(app, pagename, templatename, context, doctree) -> None:
+    """html-page-context: inline code in a table may break after "." and "/" (a <wbr> there).
+
+    course.css keeps such code from breaking anywhere else in a cell, so a dotted name
+    ("layers.{i}.attention.wq.weight") wraps at its dots instead of inside a word."""
+    body = context.get("body")
+    if not body or "<table" not in body:
+        return
+
+    def in_code(match: re.Match) -> str:
+        return match.group(1) + _BREAK_AFTER.sub(r"\1<wbr>", match.group(2)) + match.group(3)
+
+    context["body"] = _TABLE.sub(lambda t: _PRE_TEXT.sub(in_code, t.group(0)), body)
+
+
 def setup(app):
     app.connect("config-inited", add_static)
     app.connect("html-page-context", dedupe_scripts)
     app.connect("html-page-context", frame_figures)
+    app.connect("html-page-context", break_table_code)
     app.add_css_file("course.css")
     app.add_js_file("course.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

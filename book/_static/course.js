@@ -48,3 +48,61 @@ document.addEventListener("DOMContentLoaded", () => {
     update(frame);
   }
 });
+
+// Equation numbers (issue 34). Sphinx floats an equation's number, "(5.7)", to the right of it.
+// Where the equation does not fit beside its number, the number goes on a line of its own below
+// it (as LaTeX does), so that the equation has the whole column, and where it is wider still (on
+// a phone) it scrolls inside the column with the shade as its cue (course.css): the number never
+// sits at the clipped edge, where it made a cut equation look complete. Laid out again when the
+// column changes width (a phone turned, a sidebar opened).
+(() => {
+  const GAP = 16;   // px kept between an equation and its number
+  const place = () => {
+    for (const div of document.querySelectorAll("div.math")) {
+      const number = div.querySelector(":scope > .eqno");
+      const box = div.querySelector(":scope > mjx-container[display='true']");
+      const math = box && box.querySelector("mjx-math");
+      if (!number || !math) continue;
+      const width = math.getBoundingClientRect().width;
+      div.classList.remove("eqno-below");
+      const room = div.clientWidth - number.getBoundingClientRect().width - GAP;
+      div.classList.toggle("eqno-below", width > room);
+    }
+  };
+  let pending = false;
+  const later = () => {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; place(); });
+  };
+  window.addEventListener("load", () => {
+    const typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
+    (typeset || Promise.resolve()).then(place);
+    window.addEventListener("resize", later);
+  });
+})();
+
+// The phone drawers (issue 34). The theme opens the book menu and the "On this page" list as
+// modal dialogs but closes them only on Escape or a tap outside: tapping an entry of the page's
+// contents scrolled the text behind a drawer that stayed open over it. A tap on a link in a
+// drawer now closes it (after the browser has followed the link). On closing, the theme gives the
+// focus back to the header button that opened it, and that focus showed the button's tooltip
+// ("Toggle secondary sidebar"), which then stuck over the header icons and swallowed the next
+// tap: the button is blurred and its tooltip hidden.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const dialog of document.querySelectorAll("#pst-primary-sidebar-modal, #pst-secondary-sidebar-modal")) {
+    dialog.addEventListener("click", (event) => {
+      if (event.target.closest("a[href]") && dialog.open) setTimeout(() => dialog.close(), 0);
+    });
+    dialog.addEventListener("close", () => setTimeout(() => {
+      const focused = document.activeElement;
+      if (focused && focused.closest(".primary-toggle, .secondary-toggle")) focused.blur();
+      if (window.bootstrap && bootstrap.Tooltip) {
+        for (const button of document.querySelectorAll(".primary-toggle, .secondary-toggle")) {
+          const tip = bootstrap.Tooltip.getInstance(button);
+          if (tip) tip.hide();
+        }
+      }
+    }, 0));
+  }
+});
