@@ -716,41 +716,49 @@ def _reachable(img: dict) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("mode", ["desktop", "desktop-dark", "phone", "phone-dark"])
-def test_figure_text_is_readable(site, html_root, mode):
-    """At 1280 and 390 px, light and dark, the smallest text of every notebook
-    figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
-    browser gives the picture, and the whole figure can be reached: it fits the screen, or it
-    sits in a frame that scrolls sideways to all of it, with a visible cue while there is more."""
-    width = WIDTHS[mode.split("-")[0]]
-    small, unreachable, no_cue, mismatch, seen = [], [], [], [], 0
-    sizes: dict[str, list[float]] = {".png": [], ".svg": []}
+def _pages_in_both_themes(site, html_root: Path, width: int):
+    """(page, "light" | "dark", the open page in that theme) for every book page at ``width``:
+    one visit per page, measured light, then switched to the dark theme and measured again."""
     for rel in book_pages(html_root):
         v, context, page = _open(site, rel, width)
         try:
-            if mode.endswith("dark"):
-                page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
-            for i, img in enumerate(page.evaluate(_FIGURE_TEXT_JS)):
-                seen += 1
-                name = f"{rel} {img['src'].rsplit('/', 1)[-1][:16]}"
-                px, how = smallest_text_px(html_root, img["src"], img["shown"])
-                sizes.setdefault(Path(img["src"]).suffix, []).append(px)
-                if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
-                    natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))
-                    if abs(float(img["styleWidth"][:-2]) - natural * 100 / dpi) > 1:
-                        mismatch.append(f"{name}: style width {img['styleWidth']}, "
-                                        f"{natural} px at {dpi:.0f} dpi")
-                if px < MIN_TEXT_PX:
-                    small.append(f"{name}: smallest text {px:.1f} px ({how}, shown "
-                                 f"{img['shown']:.0f} px wide)")
-                why = _reachable(img)
-                if why:
-                    unreachable.append(f"{name}: {why}")
-                if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
-                    if not _scroll_cue_shown(page, i):
-                        no_cue.append(name)
+            yield rel, "light", page
+            page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+            yield rel, "dark", page
         finally:
             context.close()
+
+
+@pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
+def test_figure_text_is_readable(site, html_root, width):
+    """At 1280 and 390 px, light and dark, the smallest text of every notebook
+    figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
+    browser gives the picture, and the whole figure can be reached: it fits the screen, or it
+    sits in a frame that scrolls sideways to all of it, with a visible cue while there is more.
+    Each page is opened once per width and measured in the light theme, then in the dark one."""
+    mode, width = width, WIDTHS[width]
+    small, unreachable, no_cue, mismatch, seen = [], [], [], [], 0
+    sizes: dict[str, list[float]] = {".png": [], ".svg": []}
+    for rel, theme, page in _pages_in_both_themes(site, html_root, width):
+        for i, img in enumerate(page.evaluate(_FIGURE_TEXT_JS)):
+            seen += 1
+            name = f"{rel} ({theme}) {img['src'].rsplit('/', 1)[-1][:16]}"
+            px, how = smallest_text_px(html_root, img["src"], img["shown"])
+            sizes.setdefault(Path(img["src"]).suffix, []).append(px)
+            if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
+                natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))
+                if abs(float(img["styleWidth"][:-2]) - natural * 100 / dpi) > 1:
+                    mismatch.append(f"{name}: style width {img['styleWidth']}, "
+                                    f"{natural} px at {dpi:.0f} dpi")
+            if px < MIN_TEXT_PX:
+                small.append(f"{name}: smallest text {px:.1f} px ({how}, shown "
+                             f"{img['shown']:.0f} px wide)")
+            why = _reachable(img)
+            if why:
+                unreachable.append(f"{name}: {why}")
+            if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
+                if not _scroll_cue_shown(page, i):
+                    no_cue.append(name)
     assert seen, "no content image measured at all: the measurement is broken"
     print(f"{mode}: smallest text, " + "; ".join(
         f"{len(v)} {k[1:].upper()}s {min(v):.1f} to {max(v):.1f} px" for k, v in sizes.items() if v))
