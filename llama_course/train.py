@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,20 +57,44 @@ from .model import Llama
 
 def tokenize_to_file(text: str, tokenizer, path: str | Path) -> np.ndarray:
     """Encode ``text`` once and keep the ids on disk (uint16 if the vocabulary fits, else uint32);
-    later calls with the same text and tokenizer memory-map the file instead of re-encoding."""
+    later calls with the same text and tokenizer memory-map the file instead of re-encoding. The
+    file is fsync'd and a manifest beside it holds its SHA-256: a damaged or truncated cache is
+    encoded again, never trusted."""
     path = Path(path)
     dtype = np.uint16 if len(tokenizer.vocab) <= 2**16 else np.uint32
     identity = json.dumps([tokenizer.pattern, sorted(tokenizer.special_tokens.items()),
                            [a.hex() + " " + b.hex() for a, b in tokenizer.merges], len(tokenizer.vocab)])
     key = hashlib.sha256(text.encode("utf-8") + identity.encode()).hexdigest()[:16]
     target = path.with_name(f"{path.stem}-{key}{path.suffix or '.bin'}")
-    if not target.exists():
+    if not _cache_is_intact(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         ids = np.asarray(tokenizer.encode(text), dtype=dtype)
-        temporary = target.with_suffix(".tmp")
-        ids.tofile(temporary)
-        os.replace(temporary, target)
+        for file, data in ((target, ids.tobytes()), (_cache_manifest(target), json.dumps(
+                {"sha256": hashlib.sha256(ids.tobytes()).hexdigest(), "tokens": len(ids)}).encode())):
+            temporary = file.with_suffix(file.suffix + ".tmp")
+            temporary.unlink(missing_ok=True)
+            _write_durably(temporary, data)
+            os.replace(temporary, file)                        # the manifest last: it vouches for the cache
+            _fsync_dir(file.parent)
     return np.memmap(target, dtype=dtype, mode="r")
+
+
+def _cache_manifest(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".json")
+
+
+def _cache_is_intact(cache: Path) -> bool:
+    """Whether the token cache exists and its SHA-256 is the one in its manifest (a warning if not)."""
+    if not cache.exists():
+        return False
+    try:
+        intact = json.loads(_cache_manifest(cache).read_text())["sha256"] == _sha256(cache)
+    except (OSError, ValueError, KeyError, TypeError):
+        intact = False
+    if not intact:
+        warnings.warn(f"the token cache {cache} does not match its manifest (damaged or truncated): "
+                      f"encoding the text again", stacklevel=3)
+    return intact
 
 
 def shuffle_documents(text: str, seed: int = 0, separator: str = "<|endoftext|>") -> str:

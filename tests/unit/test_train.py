@@ -54,6 +54,28 @@ def test_tokens_are_cached_on_disk(tmp_path):
     assert isinstance(again, np.memmap) and np.array_equal(again, first)
 
 
+def test_a_damaged_token_cache_is_encoded_again_never_trusted(tmp_path):
+    import hashlib
+
+    tokenizer = train_bpe(TEXT, 300)
+    expected = tokenizer.encode(TEXT)
+    tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")
+    (cache,) = tmp_path.glob("t-*.bin")
+    manifest = json.loads(cache.with_name(cache.name + ".json").read_text())
+    assert manifest == {"sha256": hashlib.sha256(cache.read_bytes()).hexdigest(), "tokens": len(expected)}
+    flipped = bytearray(cache.read_bytes())
+    flipped[10] ^= 0x01
+    for damage in (cache.read_bytes()[:len(expected)], bytes(flipped)):     # truncated to half, one bit flipped
+        cache.write_bytes(damage)
+        with pytest.warns(UserWarning, match="does not match its manifest"):
+            again = tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")
+        assert list(again) == expected
+    cache.with_name(cache.name + ".json").unlink()                          # a cache with no manifest
+    with pytest.warns(UserWarning, match="does not match its manifest"):
+        assert list(tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.name, cache.name + ".json"]
+
+
 def test_schedule_and_optimizer_groups():
     cfg = TrainConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
