@@ -11,9 +11,10 @@ Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention
 Either way the model is first built on the ``meta`` device (no memory) and each tensor is
 assigned as its shard is read, so the peak memory is about one copy of the weights.
 
-Nothing is guessed: a tensor in two shards, an index entry outside the checkpoint folder, a tied
-head stored with different values, tensors of mixed dtypes (without ``dtype=``), a malformed
-config, index or shard all raise ValueError naming the file and the field.
+Nothing is guessed: a tensor in two shards, two file tensors for one parameter, an index entry
+outside the checkpoint folder, a tied head stored with different values, tensors of mixed dtypes
+(without ``dtype=``), quantized or non-float tensors, a malformed config, index or shard all raise
+ValueError naming the file and the field.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def _config_from_file(path: Path, parse, *args) -> LlamaConfig:
 def config_from_hf(hf: dict) -> LlamaConfig:
     """A LlamaConfig from a transformers config.json dict."""
     model_type = hf.get("model_type")
+    if hf.get("quantization_config") is not None:
+        method = hf["quantization_config"].get("quant_method", "?") if isinstance(hf["quantization_config"],
+                                                                                 dict) else "?"
+        raise ValueError(f"quantization_config (quant_method {method!r}): a quantized checkpoint; the course "
+                         f"loads unquantized weights only (dequantize it, or load the original release)")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
     for flag in ("attention_bias", "mlp_bias"):
@@ -156,9 +162,12 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     buffers = {n: b for n, b in model.named_buffers() if n in model.state_dict()}  # persistent (DeepSeek's bias)
     expected = {name: tuple(p.shape) for name, p in {**params, **buffers}.items()}
     loaded, unexpected, misshaped, dtypes, tied_head = set(), [], [], {}, None
+    source_of: dict[str, str] = {}                             # course name -> the file tensor that filled it
     for original, name, tensor in tensors:
         if name is None:
             continue
+        _check_unique(source_of, original, name, source)
+        _check_float(tensor, original, source)
         if name == "lm_head.weight" and model.config.tie_embeddings:
             tied_head = (original, tensor)                     # compared with the embedding below
             continue
@@ -193,6 +202,23 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval()
+
+
+def _check_unique(source_of: dict[str, str], original: str, name: str, source: str) -> None:
+    """CheckpointError if a second file tensor maps to the parameter ``name`` (e.g. model.norm.weight
+    and norm.weight, or an expert stored both fused and one by one): which one wins would be a guess."""
+    if name in source_of:
+        raise CheckpointError(f"{source}: {source_of[name]} and {original} both map to the parameter {name}; "
+                              f"remove one of them")
+    source_of[name] = original
+
+
+def _check_float(tensor: torch.Tensor, original: str, source: str) -> None:
+    """CheckpointError for a tensor that is not float16/bfloat16/float32/float64 (quantized float8,
+    integers, complex numbers): the course computes in floating point and does not dequantize."""
+    if tensor.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise CheckpointError(f"{source}: {original} is {tensor.dtype}; the course loads floating-point weights "
+                              f"(float16, bfloat16, float32) only: convert or dequantize the checkpoint first")
 
 
 def _tie(model: Llama, stored_head, source: str) -> None:
