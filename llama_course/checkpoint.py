@@ -44,6 +44,8 @@ def _read_json(path: Path, what: str) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: cannot be read as JSON ({err})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -88,6 +90,19 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
     fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
     return LlamaConfig(**fields)
+
+
+def _check_weight_map(path: Path, found_in: dict[str, Path]) -> None:
+    """ValueError unless the index's weight_map lists exactly the tensors the shards hold, each in its shard."""
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    weight_map = _read_json(index, "Hugging Face")["weight_map"]
+    wrong = [f"{k} (index: {weight_map.get(k, 'not listed')}, found in {found_in[k].name if k in found_in else 'none'})"
+             for k in sorted(set(weight_map) | set(found_in))
+             if k not in found_in or weight_map.get(k) != found_in[k].name]
+    if wrong:
+        raise ValueError(f"{index}: weight_map does not match the shards: " + "; ".join(wrong[:8]))
 
 
 def _hf_shards(path: Path) -> list[Path]:
@@ -152,6 +167,7 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
                 raise
             except Exception as err:                           # safetensors' own errors and OS errors alike
                 raise ValueError(f"{shard}: not a readable safetensors file ({type(err).__name__}: {err})") from None
+        _check_weight_map(path, found_in)
 
     return _assign(model, tensors(), dtype, device, str(path))
 

@@ -89,7 +89,7 @@ def _cache_is_intact(cache: Path) -> bool:
         return False
     try:
         intact = json.loads(_cache_manifest(cache).read_text())["sha256"] == _sha256(cache)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         intact = False
     if not intact:
         warnings.warn(f"the token cache {cache} does not match its manifest (damaged or truncated): "
@@ -484,9 +484,9 @@ def checkpoint_problem(path: Path) -> str | None:
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         sums, step = manifest["sha256"], manifest["step"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
         return f"{path / MANIFEST} is missing or malformed ({type(err).__name__}: {err})"
-    if not isinstance(sums, dict) or sorted(sums) != checkpoint_files(path) or not isinstance(step, int):
+    if not isinstance(sums, dict) or not set(checkpoint_files(path)) <= set(sums) or not isinstance(step, int):
         return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(checkpoint_files(path))}"
     for name, digest in sums.items():
         try:
@@ -502,18 +502,18 @@ def checkpoint_step(path: Path) -> int | str:
     """The step recorded in the manifest of the checkpoint folder ``path`` ("unknown" if unreadable)."""
     try:
         return json.loads((path / MANIFEST).read_text())["step"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "unknown"
 
 
 def checkpoint_files(path: Path) -> list[str]:
-    """The files a complete checkpoint folder holds: CHECKPOINT_FILES or, written sharded by
-    distributed.save (Chapter 13), state.pt, config.json and every file under dcp/."""
-    shards = path / distributed.SHARDED
-    if not shards.is_dir():
+    """The files a complete checkpoint folder's manifest must list (with others it lists, each is
+    checked; a file it does not list, such as a stray file copied into the folder, is ignored):
+    CHECKPOINT_FILES or, written sharded by distributed.save (Chapter 13), state.pt, config.json and
+    the dcp/.metadata that names the shards."""
+    if not (path / distributed.SHARDED).is_dir():
         return sorted(CHECKPOINT_FILES)
-    return sorted(["state.pt", "config.json"] + [f.relative_to(path).as_posix() for f in shards.rglob("*")
-                                                 if f.is_file()])
+    return sorted(["state.pt", "config.json", f"{distributed.SHARDED}/.metadata"])
 
 
 def _sha256(path: Path) -> str:

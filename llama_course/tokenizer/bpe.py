@@ -226,8 +226,8 @@ class BPETokenizer:
                 raise ValueError(f"not a {FORMAT} file")
             vocab, merges, specials = _parse_saved(data)
             return cls(vocab, merges, list(specials), data["pattern"])
-        except (ValueError, TypeError, KeyError, regex.error) as err:
-            detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+        except (ValueError, TypeError, KeyError, RecursionError, regex.error) as err:
+            detail = {KeyError: f"missing key {err}", RecursionError: "JSON nested too deeply"}.get(type(err), str(err))
             raise ValueError(f"{path}: {detail}") from None
 
 

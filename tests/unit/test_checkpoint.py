@@ -206,6 +206,32 @@ def test_quantized_checkpoints_are_refused_with_one_message(sharded):
                 Llama.from_hf(sharded, dtype=cast)
 
 
+def test_the_index_must_match_the_shards(sharded):
+    norm_shard, embed_shard = shard_of(sharded, "model.norm.weight"), shard_of(sharded, "model.embed_tokens.weight")
+    edit_json(sharded / "model.safetensors.index.json",
+              lambda c: c["weight_map"].update({"model.norm.weight": embed_shard.name}))
+    with pytest.raises(ValueError, match=f"weight_map does not match the shards: model.norm.weight \\(index: "
+                                         f"{embed_shard.name}, found in {norm_shard.name}\\)"):
+        Llama.from_hf(sharded)
+    edit_json(sharded / "model.safetensors.index.json",
+              lambda c: c["weight_map"].update({"model.norm.weight": norm_shard.name, "model.extra.weight":
+                                                norm_shard.name}))
+    with pytest.raises(ValueError, match=r"model.extra.weight \(index: .*, found in none\)"):
+        Llama.from_hf(sharded)
+
+
+def test_deeply_nested_json_is_a_clear_error(sharded, tmp_path):
+    from llama_course.tokenizer import BPETokenizer
+
+    (sharded / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="config.json: cannot be read as JSON \\(nested too deeply\\)"):
+        Llama.from_hf(sharded)
+    (tmp_path / "tokenizer.json").write_text('{"format": "llama-course-bpe", "vocab": ' + "[" * 100_000 + "]" * 100_000
+                                             + "}")
+    with pytest.raises(ValueError, match="tokenizer.json: JSON nested too deeply"):
+        BPETokenizer.load(tmp_path / "tokenizer.json")
+
+
 def test_a_tied_head_stored_with_other_values_is_an_error(tmp_path):
     model = hf_model("gqa-tied")
     model.save_pretrained(tmp_path / "ckpt")                   # one file; the tied head is not stored

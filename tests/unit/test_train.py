@@ -513,3 +513,20 @@ def test_two_runs_on_one_folder_the_second_names_the_lock_and_its_holder(tmp_pat
         holder.wait()
     with run_lock(tmp_path, Parallel()):                                   # released when its process ended
         pass
+
+
+def test_a_stray_file_in_a_sharded_checkpoint_is_ignored_a_listed_one_checked(tmp_path):
+    from llama_course.train import checkpoint_problem, commit_checkpoint
+
+    shards = tmp_path / "checkpoint.tmp" / "dcp"
+    shards.mkdir(parents=True)
+    (shards / ".metadata").write_bytes(b"metadata")
+    (shards / "__0_0.distcp").write_bytes(b"rank 0's shard")
+    commit_checkpoint(tmp_path / "checkpoint", 5, {"state.pt": b"state", "config.json": b"{}"},
+                      ("dcp/.metadata", "dcp/__0_0.distcp"))
+    checkpoint = tmp_path / "checkpoint"
+    assert checkpoint_problem(checkpoint) is None
+    (checkpoint / "dcp" / "notes.txt").write_text("a file someone copied in")
+    assert checkpoint_problem(checkpoint) is None                          # not listed: ignored
+    (checkpoint / "dcp" / "__0_0.distcp").write_bytes(b"rank 0's shard, changed")
+    assert "__0_0.distcp is corrupted" in checkpoint_problem(checkpoint)   # listed: checked
