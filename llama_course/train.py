@@ -252,8 +252,9 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     """Train ``model``; returns the history {"step", "train_loss", "val_step", "val_loss", "tokens_per_s"}.
 
     With ``out_dir``, checkpoints go to out_dir/checkpoint (and ``resume=True`` continues from it:
-    the same batches, learning rates and losses as an uninterrupted run). ``until`` stops after
-    that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
+    the same batches, learning rates and losses as an uninterrupted run; without it, a checkpoint
+    already there is refused, not replaced). ``until`` stops after that many steps of the cfg.steps
+    schedule (and checkpoints there), to split a run in pieces.
     ``parallel`` (from distributed.setup, under torchrun): each rank trains on its rows of every
     batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
