@@ -105,7 +105,7 @@ def _check_no_empty_row(attention_mask: torch.Tensor) -> None:
 
 
 def check_no_nan(seen: torch.Tensor) -> None:
-    """FloatingPointError if ``seen`` (a bool tensor gathered on the device while decoding) is true."""
+    """FloatingPointError if ``seen`` (a bool tensor: were there NaN logits?) is true."""
     if bool(seen):
         raise FloatingPointError("the model produced NaN logits, so the tokens chosen from them mean nothing: "
                                  "check the weights and the dtype (float16 overflows where bfloat16 does not)")
@@ -130,7 +130,6 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
     cache = KVCache(model.config, batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    nan_seen = logits.isnan().any()                  # on the device; read when the stream ends
     for step in range(max_new_tokens):
         token = sample_next(logits, temperature, top_k, top_p, generator)        # (B,)
         if eos_token_id is not None:
@@ -138,13 +137,11 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
             finished |= token == eos_token_id
         yield token
         if step == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
-            break
+            return
         if attention_mask is not None:   # padded rows: the new token is real, extend the mask
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         # decode: the model's own token needs no checks (each would make a GPU wait, Chapter 8)
         logits = model.logits(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # (B, V)
-        nan_seen |= logits.isnan().any()
-    check_no_nan(nan_seen)
 
 
 def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
