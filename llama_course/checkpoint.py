@@ -11,9 +11,10 @@ Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention
 Either way the model is first built on the ``meta`` device (no memory) and each tensor is
 assigned as its shard is read, so the peak memory is about one copy of the weights.
 
-Nothing is guessed: a tensor in two shards, an index entry outside the checkpoint folder, a tied
-head stored with different values, tensors of mixed dtypes (without ``dtype=``), a malformed
-config, index or shard all raise ValueError naming the file and the field.
+Nothing is guessed: a tensor in two shards, two file tensors for one parameter, an index entry
+outside the checkpoint folder, a tied head stored with different values, tensors of mixed dtypes
+(without ``dtype=``), quantized or non-float tensors, a malformed config, index or shard all raise
+ValueError naming the file and the field.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def _read_json(path: Path, what: str) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{path}: cannot be read as JSON ({err})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -61,6 +64,11 @@ def _config_from_file(path: Path, parse, *args) -> LlamaConfig:
 def config_from_hf(hf: dict) -> LlamaConfig:
     """A LlamaConfig from a transformers config.json dict."""
     model_type = hf.get("model_type")
+    if hf.get("quantization_config") is not None:
+        method = hf["quantization_config"].get("quant_method", "?") if isinstance(hf["quantization_config"],
+                                                                                 dict) else "?"
+        raise ValueError(f"quantization_config (quant_method {method!r}): a quantized checkpoint; the course "
+                         f"loads unquantized weights only (dequantize it, or load the original release)")
     if model_type not in SUPPORTED:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
     for flag in ("attention_bias", "mlp_bias"):
@@ -82,6 +90,19 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
     fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
     return LlamaConfig(**fields)
+
+
+def _check_weight_map(path: Path, found_in: dict[str, Path]) -> None:
+    """ValueError unless the index's weight_map lists exactly the tensors the shards hold, each in its shard."""
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    weight_map = _read_json(index, "Hugging Face")["weight_map"]
+    wrong = [f"{k} (index: {weight_map.get(k, 'not listed')}, found in {found_in[k].name if k in found_in else 'none'})"
+             for k in sorted(set(weight_map) | set(found_in))
+             if k not in found_in or weight_map.get(k) != found_in[k].name]
+    if wrong:
+        raise ValueError(f"{index}: weight_map does not match the shards: " + "; ".join(wrong[:8]))
 
 
 def _hf_shards(path: Path) -> list[Path]:
@@ -146,6 +167,7 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
                 raise
             except Exception as err:                           # safetensors' own errors and OS errors alike
                 raise ValueError(f"{shard}: not a readable safetensors file ({type(err).__name__}: {err})") from None
+        _check_weight_map(path, found_in)
 
     return _assign(model, tensors(), dtype, device, str(path))
 
@@ -156,9 +178,12 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     buffers = {n: b for n, b in model.named_buffers() if n in model.state_dict()}  # persistent (DeepSeek's bias)
     expected = {name: tuple(p.shape) for name, p in {**params, **buffers}.items()}
     loaded, unexpected, misshaped, dtypes, tied_head = set(), [], [], {}, None
+    source_of: dict[str, str] = {}                             # course name -> the file tensor that filled it
     for original, name, tensor in tensors:
         if name is None:
             continue
+        _check_unique(source_of, original, name, source)
+        _check_float(tensor, original, source)
         if name == "lm_head.weight" and model.config.tie_embeddings:
             tied_head = (original, tensor)                     # compared with the embedding below
             continue
@@ -193,6 +218,23 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval()
+
+
+def _check_unique(source_of: dict[str, str], original: str, name: str, source: str) -> None:
+    """CheckpointError if a second file tensor maps to the parameter ``name`` (e.g. model.norm.weight
+    and norm.weight, or an expert stored both fused and one by one): which one wins would be a guess."""
+    if name in source_of:
+        raise CheckpointError(f"{source}: {source_of[name]} and {original} both map to the parameter {name}; "
+                              f"remove one of them")
+    source_of[name] = original
+
+
+def _check_float(tensor: torch.Tensor, original: str, source: str) -> None:
+    """CheckpointError for a tensor that is not float16/bfloat16/float32/float64 (quantized float8,
+    integers, complex numbers): the course computes in floating point and does not dequantize."""
+    if tensor.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise CheckpointError(f"{source}: {original} is {tensor.dtype}; the course loads floating-point weights "
+                              f"(float16, bfloat16, float32) only: convert or dequantize the checkpoint first")
 
 
 def _tie(model: Llama, stored_head, source: str) -> None:

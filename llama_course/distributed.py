@@ -140,6 +140,23 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+def check_agreement(par: Parallel, options: dict) -> None:
+    """ValueError on every rank, naming each option and every rank's value, unless all ranks hold
+    the same ``options`` (e.g. their command-line arguments). Ranks that disagree on the learning
+    rate or seed would train different models in silence; on the number of steps, one would wait
+    for the others until the timeout."""
+    if not par.enabled:
+        return
+    everyone: list = [None] * par.world_size
+    dist.all_gather_object(everyone, dict(options))
+    names = sorted(set().union(*everyone), key=str)
+    differing = [name for name in names if len({repr(o.get(name, "(absent)")) for o in everyone}) > 1]
+    if differing:
+        raise ValueError("the processes were launched with different options: " + "; ".join(
+            f"{name}: " + ", ".join(f"rank {r} {o.get(name, '(absent)')}" for r, o in enumerate(everyone))
+            for name in differing) + ". Launch every process with the same arguments")
+
+
 def barrier(par: Parallel, timeout_s: float = TIMEOUT_S) -> None:
     """Wait for every rank. On gloo a rank that never arrives is named in the error after timeout_s."""
     if not par.enabled:

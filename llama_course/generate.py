@@ -67,7 +67,11 @@ def sample_next(logits: torch.Tensor, temperature: float = 0.0, top_k: int | Non
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = logits.softmax(dim=-1)                                      # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    except RuntimeError:
+        check_no_nan(probs.isnan().any())                               # say why, if NaN is the reason
+        raise
 
 
 def _check_generate(model: Llama, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,
@@ -77,19 +81,34 @@ def _check_generate(model: Llama, input_ids, max_new_tokens, temperature, top_k,
     if input_ids.dim() != 2 or 0 in input_ids.shape:
         raise ValueError(f"input_ids must be a (batch, seq) prompt with batch, seq >= 1: an empty prompt needs at "
                          f"least one token (e.g. BOS); got shape {tuple(input_ids.shape)}")
-    total = input_ids.shape[1] + check_int("max_new_tokens", max_new_tokens, low=0)
-    if total > config.max_seq_len:
-        raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) = {total} "
-                         f"exceeds the model's max_seq_len ({config.max_seq_len})")
+    fed = input_ids.shape[1] + max(check_int("max_new_tokens", max_new_tokens, low=0) - 1, 0)  # the last: never fed
+    if fed > config.max_seq_len:
+        raise ValueError(f"prompt ({input_ids.shape[1]}) + max_new_tokens ({max_new_tokens}) - 1 = {fed} positions "
+                         f"go through the model, more than its max_seq_len ({config.max_seq_len})")
     _check_sampling(temperature, top_k, top_p)
     if eos_token_id is not None:
         check_int("eos_token_id", eos_token_id, 0, config.vocab_size - 1)
     if attention_mask is not None:
         check_attention_mask(attention_mask)
+        _check_no_empty_row(attention_mask)
         if attention_mask.device.type != "meta" and bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()
                                                          | (attention_mask[:, -1] == 0).any()):
             raise ValueError("attention_mask has right padding (a 0 after a 1, or a row ending in 0): generation "
                              "continues from each row's last token, so pad prompts on the left")
+
+
+def _check_no_empty_row(attention_mask: torch.Tensor) -> None:
+    """ValueError naming the rows of attention_mask (B, T) that hold no real token at all."""
+    if attention_mask.device.type != "meta" and bool((attention_mask == 0).all(dim=1).any()):
+        rows = (attention_mask == 0).all(dim=1).nonzero().flatten().tolist()
+        raise ValueError(f"attention_mask rows {rows} are all padding: every prompt needs at least one real token")
+
+
+def check_no_nan(seen: torch.Tensor) -> None:
+    """FloatingPointError if ``seen`` (a bool tensor: were there NaN logits?) is true."""
+    if bool(seen):
+        raise FloatingPointError("the model produced NaN logits, so the tokens chosen from them mean nothing: "
+                                 "check the weights and the dtype (float16 overflows where bfloat16 does not)")
 
 
 @torch.no_grad()
@@ -108,7 +127,7 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model.config, batch, prompt_len + max_new_tokens, device=device, dtype=dtype)
+    cache = KVCache(model.config, batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):

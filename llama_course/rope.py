@@ -38,9 +38,10 @@ from .checks import (
 LAYOUTS = ("interleaved", "half")
 ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "llama3")
 MAX_POSITION = 2 ** 24  # the first integer float32 cannot tell from its neighbour
-_SCALING_KEYS = {  # what each rope_type reads besides "factor"
-    "dynamic": ("original_max_position_embeddings",),
-    "llama3": ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+_SCALING_KEYS = {  # what each rope_type needs (transformers, too, refuses a scaling without its factor)
+    "linear": ("factor",), "ntk": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
 }
 
 

@@ -28,6 +28,7 @@ the newest. Loading checks every SHA-256 and every field of the model's configur
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -38,6 +39,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,20 +57,44 @@ from .model import Llama
 
 def tokenize_to_file(text: str, tokenizer, path: str | Path) -> np.ndarray:
     """Encode ``text`` once and keep the ids on disk (uint16 if the vocabulary fits, else uint32);
-    later calls with the same text and tokenizer memory-map the file instead of re-encoding."""
+    later calls with the same text and tokenizer memory-map the file instead of re-encoding. The
+    file is fsync'd and a manifest beside it holds its SHA-256: a damaged or truncated cache is
+    encoded again, never trusted."""
     path = Path(path)
     dtype = np.uint16 if len(tokenizer.vocab) <= 2**16 else np.uint32
     identity = json.dumps([tokenizer.pattern, sorted(tokenizer.special_tokens.items()),
                            [a.hex() + " " + b.hex() for a, b in tokenizer.merges], len(tokenizer.vocab)])
     key = hashlib.sha256(text.encode("utf-8") + identity.encode()).hexdigest()[:16]
     target = path.with_name(f"{path.stem}-{key}{path.suffix or '.bin'}")
-    if not target.exists():
+    if not _cache_is_intact(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         ids = np.asarray(tokenizer.encode(text), dtype=dtype)
-        temporary = target.with_suffix(".tmp")
-        ids.tofile(temporary)
-        os.replace(temporary, target)
+        for file, data in ((target, ids.tobytes()), (_cache_manifest(target), json.dumps(
+                {"sha256": hashlib.sha256(ids.tobytes()).hexdigest(), "tokens": len(ids)}).encode())):
+            temporary = file.with_suffix(file.suffix + ".tmp")
+            temporary.unlink(missing_ok=True)
+            _write_durably(temporary, data)
+            os.replace(temporary, file)                        # the manifest last: it vouches for the cache
+            _fsync_dir(file.parent)
     return np.memmap(target, dtype=dtype, mode="r")
+
+
+def _cache_manifest(cache: Path) -> Path:
+    return cache.with_name(cache.name + ".json")
+
+
+def _cache_is_intact(cache: Path) -> bool:
+    """Whether the token cache exists and its SHA-256 is the one in its manifest (a warning if not)."""
+    if not cache.exists():
+        return False
+    try:
+        intact = json.loads(_cache_manifest(cache).read_text())["sha256"] == _sha256(cache)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        intact = False
+    if not intact:
+        warnings.warn(f"the token cache {cache} does not match its manifest (damaged or truncated): "
+                      f"encoding the text again", stacklevel=3)
+    return intact
 
 
 def shuffle_documents(text: str, seed: int = 0, separator: str = "<|endoftext|>") -> str:
@@ -121,6 +147,7 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr_ratio: float = 0.1          # LLaMA decays to 10% of the peak
     warmup_steps: int = 30
+    decay_steps: int | None = None     # the cosine ends here (None: at steps); extra steps stay at min_lr
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -142,6 +169,8 @@ def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
         check_positive_int(name, getattr(cfg, name))
     for name in ("warmup_steps", "checkpoint_interval", "seed"):
         check_int(name, getattr(cfg, name), low=0)
+    if cfg.decay_steps is not None:
+        check_positive_int("decay_steps", cfg.decay_steps)
     check_positive_number("lr", cfg.lr)
     check_positive_number("grad_clip", cfg.grad_clip)
     check_number("min_lr_ratio", cfg.min_lr_ratio, 0, 1)
@@ -156,12 +185,26 @@ def check_train_config(cfg: TrainConfig) -> tuple[float, float]:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr over warmup_steps, then cosine decay to min_lr_ratio * lr at cfg.steps."""
+    """Linear warmup to cfg.lr over warmup_steps, then cosine decay to min_lr_ratio * lr at decay_end(cfg)
+    (cfg.steps unless cfg.decay_steps says otherwise), then min_lr_ratio * lr."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, decay_end(cfg) - cfg.warmup_steps))
     floor = cfg.lr * cfg.min_lr_ratio
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def decay_end(cfg: TrainConfig) -> int:
+    """The step at which the cosine decay reaches min_lr: cfg.decay_steps, or cfg.steps if it is None."""
+    return cfg.steps if cfg.decay_steps is None else cfg.decay_steps
+
+
+def describe_schedule(cfg: TrainConfig) -> str:
+    """The learning-rate schedule in words, e.g. for a run's log."""
+    floor, end = cfg.lr * cfg.min_lr_ratio, decay_end(cfg)
+    text = (f"learning rate: warmup to {cfg.lr:.3g} over {cfg.warmup_steps} steps, cosine decay to {floor:.3g} "
+            f"at step {end}")
+    return text + (f", then {floor:.3g} until step {cfg.steps}" if cfg.steps > end else "")
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -209,8 +252,9 @@ def train(model: Llama, train_data: torch.Tensor, val_data: torch.Tensor, cfg: T
     """Train ``model``; returns the history {"step", "train_loss", "val_step", "val_loss", "tokens_per_s"}.
 
     With ``out_dir``, checkpoints go to out_dir/checkpoint (and ``resume=True`` continues from it:
-    the same batches, learning rates and losses as an uninterrupted run). ``until`` stops after
-    that many steps of the cfg.steps schedule (and checkpoints there), to split a run in pieces.
+    the same batches, learning rates and losses as an uninterrupted run; without it, a checkpoint
+    already there is refused, not replaced). ``until`` stops after that many steps of the cfg.steps
+    schedule (and checkpoints there), to split a run in pieces.
     ``parallel`` (from distributed.setup, under torchrun): each rank trains on its rows of every
     batch, wrapped in DDP or FSDP2 (Chapter 13); the losses recorded are the whole batch's.
     """
@@ -264,8 +308,19 @@ def check_train_inputs(model: Llama, train_data: torch.Tensor, val_data: torch.T
                              f"context_length + 1 = {cfg.context_length + 1}")
     if check_bool("resume", resume) and out_dir is None:
         raise ValueError("resume=True needs out_dir, the folder that holds the checkpoint")
+    if out_dir is not None and not resume:
+        check_no_earlier_run(Path(out_dir))
     if until is not None:
         check_positive_int("until", until)
+
+
+def check_no_earlier_run(out_dir: Path) -> None:
+    """ValueError if out_dir holds another run's checkpoint, which a fresh run's first save would replace."""
+    found = find_checkpoint(out_dir / "checkpoint")
+    if found is not None:
+        raise ValueError(f"{out_dir} already holds the checkpoint of an earlier run (step "
+                         f"{checkpoint_step(found)}, in {found}): resume it (resume=True, --resume), or "
+                         f"delete it (--overwrite) or choose another folder to start a new run")
 
 
 def train_step(model, optimizer: torch.optim.Optimizer, x: torch.Tensor, lr: float, cfg: TrainConfig,
@@ -336,8 +391,9 @@ def _progress(steps, enabled: bool):
 
 CHECKPOINT_FILES = ("model.safetensors", "state.pt", "config.json")
 MANIFEST = "manifest.json"
-# TrainConfig fields that shape the trajectory: a resumed run must use the same ones.
-TRAJECTORY_FIELDS = ("steps", "batch_size", "context_length", "lr", "min_lr_ratio", "warmup_steps",
+# TrainConfig fields that shape the trajectory: a resumed run must use the same ones. decay_steps is
+# compared as decay_end (steps may grow: the extra steps run at min_lr).
+TRAJECTORY_FIELDS = ("decay_steps", "batch_size", "context_length", "lr", "min_lr_ratio", "warmup_steps",
                      "weight_decay", "betas", "grad_clip", "seed")
 
 
@@ -429,9 +485,9 @@ def checkpoint_problem(path: Path) -> str | None:
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         sums, step = manifest["sha256"], manifest["step"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
         return f"{path / MANIFEST} is missing or malformed ({type(err).__name__}: {err})"
-    if not isinstance(sums, dict) or sorted(sums) != checkpoint_files(path) or not isinstance(step, int):
+    if not isinstance(sums, dict) or not set(checkpoint_files(path)) <= set(sums) or not isinstance(step, int):
         return f"{path / MANIFEST} must list step and the SHA-256 of {', '.join(checkpoint_files(path))}"
     for name, digest in sums.items():
         try:
@@ -443,14 +499,22 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
+def checkpoint_step(path: Path) -> int | str:
+    """The step recorded in the manifest of the checkpoint folder ``path`` ("unknown" if unreadable)."""
+    try:
+        return json.loads((path / MANIFEST).read_text())["step"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return "unknown"
+
+
 def checkpoint_files(path: Path) -> list[str]:
-    """The files a complete checkpoint folder holds: CHECKPOINT_FILES or, written sharded by
-    distributed.save (Chapter 13), state.pt, config.json and every file under dcp/."""
-    shards = path / distributed.SHARDED
-    if not shards.is_dir():
+    """The files a complete checkpoint folder's manifest must list (with others it lists, each is
+    checked; a file it does not list, such as a stray file copied into the folder, is ignored):
+    CHECKPOINT_FILES or, written sharded by distributed.save (Chapter 13), state.pt, config.json and
+    the dcp/.metadata that names the shards."""
+    if not (path / distributed.SHARDED).is_dir():
         return sorted(CHECKPOINT_FILES)
-    return sorted(["state.pt", "config.json"] + [f.relative_to(path).as_posix() for f in shards.rglob("*")
-                                                 if f.is_file()])
+    return sorted(["state.pt", "config.json", f"{distributed.SHARDED}/.metadata"])
 
 
 def _sha256(path: Path) -> str:
@@ -539,12 +603,22 @@ def check_same_config(path: Path, saved: dict, config: LlamaConfig, cfg: TrainCo
     differing = [(f"{k}", saved["model"].get(k, "(absent)"), v) for k, v in ours.items()
                  if saved["model"].get(k, "(absent)") != v]
     if cfg is not None:
-        train_cfg = json.loads(json.dumps(dataclasses.asdict(cfg)))
-        differing += [(f"train.{k}", saved["train"].get(k, "(absent)"), train_cfg[k]) for k in TRAJECTORY_FIELDS
-                      if saved["train"].get(k, "(absent)") != train_cfg[k]]
+        theirs, train_cfg = _trajectory(saved["train"]), _trajectory(dataclasses.asdict(cfg))
+        differing += [(f"train.{k}", theirs[k], train_cfg[k]) for k in TRAJECTORY_FIELDS if theirs[k] != train_cfg[k]]
     if differing:
+        hint = (f"; to extend a finished run keep its schedule, decay_steps={theirs['decay_steps']} (the command "
+                f"line's --resume does)" if any(k == "train.decay_steps" for k, _, _ in differing) else "")
         raise ValueError(f"the checkpoint {path} was made for another model or run: " +
-                         ", ".join(f"{k}: checkpoint {a!r}, model {b!r}" for k, a, b in differing))
+                         ", ".join(f"{k}: checkpoint {a!r}, {'run' if k.startswith('train.') else 'model'} {b!r}"
+                                   for k, a, b in differing) + hint)
+
+
+def _trajectory(train_fields: dict) -> dict:
+    """The TRAJECTORY_FIELDS of a TrainConfig's fields as JSON stores them, decay_steps as decay_end."""
+    fields = json.loads(json.dumps(train_fields))                      # tuples -> lists
+    if "steps" in fields and fields.get("decay_steps") is None:
+        fields["decay_steps"] = fields["steps"]
+    return {k: fields.get(k, "(absent)") for k in TRAJECTORY_FIELDS}
 
 
 # ------------------------------------------------------------------------------- command line
@@ -564,12 +638,12 @@ def main(argv: list[str] | None = None) -> int:
                           lr=args.lr, warmup_steps=max(1, args.steps // 10), seed=args.seed, compile=args.compile,
                           eval_interval=args.eval_interval, checkpoint_interval=args.checkpoint_interval,
                           accum_steps=args.accum_steps)
-        _check_out(args.out)
-        distributed.check_batch(args.batch_size, int(os.environ.get("WORLD_SIZE", "1")), args.accum_steps)
+        _check_arguments(args)
         par = distributed.setup(args.shard, device=os.environ.get("LLAMA_COURSE_DEVICE"))  # torchrun: join
     except (TypeError, ValueError) as err:
         parser.error(str(err))                                 # exits with status 2, before any file is written
     try:
+        _check_agreement(parser, args, par)                    # every rank launched with the same options
         return _main(args, cfg, par, parser)
     finally:
         distributed.teardown()
@@ -577,21 +651,34 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args, cfg: TrainConfig, par: distributed.Parallel, parser: argparse.ArgumentParser) -> int:
     from .data import course_corpus
-    from .generate import generate
     from .tokenizer import train_bpe
-    from .utils import get_device, seed_everything
+    from .utils import seed_everything
 
     seed_everything(args.seed)
-    device = par.device if par.enabled else get_device()
     tokenizer = train_bpe(course_corpus(), args.vocab_size, special_tokens=["<|endoftext|>"])
     config = LlamaConfig(vocab_size=len(tokenizer), **MODEL_CONFIGS[args.config])
     if args.resume:                                            # validate first, write after
-        _check_resume(parser, args.out, config, cfg)
+        cfg = _check_resume(parser, args, config, cfg)
+    try:
+        with run_lock(args.out, par):                          # one run at a time in a folder
+            return _run(args, cfg, par, tokenizer, config)
+    except RunLockedError as err:
+        parser.error(str(err))
+
+
+def _run(args, cfg: TrainConfig, par: distributed.Parallel, tokenizer, config: LlamaConfig) -> int:
+    """Tokenize, train, report and sample: the command line's run, once its arguments are checked."""
+    from .data import course_corpus
+    from .generate import generate
+    from .utils import get_device
+
+    device = par.device if par.enabled else get_device()
     train_data, val_data = _prepare_data(args, tokenizer, par, course_corpus())
     model = Llama(config, device=device)
     say = print if par.is_main else (lambda *a, **k: None)
     say(f"{sum(p.numel() for p in model.parameters()):,} parameters on {device} x {par.world_size} "
         f"process(es){' (sharded)' if par.shard else ''}; {len(train_data):,} training tokens")
+    say(describe_schedule(cfg))
     try:
         history = train(model, train_data, val_data, cfg, out_dir=args.out, resume=args.resume, device=device,
                         parallel=par)
@@ -606,21 +693,104 @@ def _main(args, cfg: TrainConfig, par: distributed.Parallel, parser: argparse.Ar
     return 0
 
 
-def _check_resume(parser: argparse.ArgumentParser, out: Path, config: LlamaConfig, cfg: TrainConfig) -> None:
-    """parser.error (status 2) unless out/checkpoint holds a complete checkpoint of this model and run."""
-    found = find_checkpoint(out / "checkpoint")
-    if found is None:
-        parser.error(f"--resume: nothing to resume, {out / 'checkpoint'} holds no complete checkpoint")
+def _check_arguments(args) -> None:
+    """ValueError for options that cannot work together, before anything is computed or written."""
+    _check_out(args.out)
+    distributed.check_batch(args.batch_size, int(os.environ.get("WORLD_SIZE", "1")), args.accum_steps)
+    max_seq_len = MODEL_CONFIGS[args.config]["max_seq_len"]
+    if args.context_length + 1 > max_seq_len:
+        raise ValueError(f"--context-length + 1 ({args.context_length + 1}) exceeds --config {args.config}'s "
+                         f"max_seq_len ({max_seq_len})")
+    if args.vocab_size < 257:
+        raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {args.vocab_size}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite replaces it: pass one of them")
+    if not args.resume and not args.overwrite:
+        check_no_earlier_run(args.out)
+
+
+def _check_agreement(parser: argparse.ArgumentParser, args, par: distributed.Parallel) -> None:
+    """parser.error on every rank unless all ranks were launched with the same options."""
     try:
-        check_same_config(found, json.loads((found / "config.json").read_text()), config, cfg)
+        distributed.check_agreement(par, {f"--{k.replace('_', '-')}": str(v) for k, v in vars(args).items()})
     except ValueError as err:
-        parser.error(f"--resume with other options than the run in {out}: {err}")
+        distributed.teardown()
+        parser.error(str(err))
+
+
+def _check_resume(parser: argparse.ArgumentParser, args, config: LlamaConfig, cfg: TrainConfig) -> TrainConfig:
+    """The run's TrainConfig with the checkpoint's warmup and decay (so that a larger --steps extends
+    a finished run at the final learning rate); parser.error (status 2) unless args.out/checkpoint
+    holds a complete checkpoint of this model and run."""
+    found = find_checkpoint(args.out / "checkpoint")
+    if found is None:
+        parser.error(f"--resume: nothing to resume, {args.out / 'checkpoint'} holds no complete checkpoint")
+    if args.shard and not (found / distributed.SHARDED).is_dir():
+        parser.error(f"--resume --shard: {found} is a whole-model checkpoint; resume it without --shard")
+    saved = json.loads((found / "config.json").read_text())
+    schedule = _trajectory(saved.get("train", {}))
+    if isinstance(schedule["decay_steps"], int) and isinstance(saved["train"].get("warmup_steps"), int):
+        cfg = dataclasses.replace(cfg, warmup_steps=saved["train"]["warmup_steps"],
+                                  decay_steps=schedule["decay_steps"])
+    try:
+        check_same_config(found, saved, config, cfg)
+    except ValueError as err:
+        parser.error(f"--resume with other options than the run in {args.out}: {err}")
+    return cfg
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds the run folder's lock."""
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, par: distributed.Parallel):
+    """Rank 0 holds an exclusive lock on out/train.lock (holding its pid) while inside: a second run
+    on the same folder raises RunLockedError naming the holder. The system releases the lock when
+    the process ends, however it ends, so a killed run leaves no stale lock."""
+    if not par.is_main:
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "train.lock", "a+") as f:
+        if not _try_lock(f):
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise RunLockedError(f"{out} is in use by another run (process {holder} holds {out / 'train.lock'}): "
+                                 f"wait for it to end, or choose another --out")
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+
+
+def _try_lock(f) -> bool:
+    """Take an exclusive lock on the open file ``f`` without waiting; False if another process holds one."""
+    try:
+        import fcntl
+    except ImportError:                                        # Windows
+        import msvcrt
+        try:
+            f.seek(0)
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def _prepare_data(args, tokenizer, par: distributed.Parallel, corpus: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank 0 writes the tokenizer and the token cache, then the other ranks read the cache."""
     if par.is_main:
         args.out.mkdir(parents=True, exist_ok=True)
+        if args.overwrite:                                     # --overwrite: the earlier run's checkpoint goes
+            for end in ("", ".tmp", ".old"):
+                shutil.rmtree(args.out / f"checkpoint{end}", ignore_errors=True)
         tokenizer.save(args.out / "tokenizer.json")
     text = shuffle_documents(corpus, args.seed)           # validation: a tenth of every kind of text
     for writer in (True, False):
@@ -643,7 +813,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-interval", type=int, default=50, help="validation loss every N steps")
     parser.add_argument("--checkpoint-interval", type=int, default=0,
                         help="save OUT/checkpoint every N steps (0: only at the end)")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint (a larger --steps "
+                        "extends a finished run at its final learning rate)")
+    parser.add_argument("--overwrite", action="store_true", help="start a new run in an OUT that holds the "
+                        "checkpoint of an earlier one, deleting it")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accum-steps", type=int, default=1, help="micro-batches per step (gradient accumulation)")

@@ -226,8 +226,8 @@ class BPETokenizer:
                 raise ValueError(f"not a {FORMAT} file")
             vocab, merges, specials = _parse_saved(data)
             return cls(vocab, merges, list(specials), data["pattern"])
-        except (ValueError, TypeError, KeyError, regex.error) as err:
-            detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+        except (ValueError, TypeError, KeyError, RecursionError, regex.error) as err:
+            detail = {KeyError: f"missing key {err}", RecursionError: "JSON nested too deeply"}.get(type(err), str(err))
             raise ValueError(f"{path}: {detail}") from None
 
 
@@ -286,6 +286,9 @@ def _check_special_token(token) -> str:
         raise TypeError(f"special_tokens must be str, got {type(token).__name__}")
     if not token:
         raise ValueError("special_tokens must not contain the empty string (it would match everywhere)")
+    if len(token.encode("utf-8")) == 1:
+        raise ValueError(f"special token {token!r} is one byte, which is already the ordinary token "
+                         f"{ord(token)}: a special token needs at least two bytes, like '<|endoftext|>'")
     return token
 
 

@@ -2,7 +2,8 @@
 ``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/e2e/distributed_worker.py OUT SCENARIO``.
 
 Scenarios: "all" (DDP and FSDP2 training, checkpoints at step 5, tensor parallel, Meta shards into
-tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail" makes rank 1 raise.
+tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail" makes rank 1 raise;
+"disagree" runs the command line with other options on rank 1.
 """
 
 from __future__ import annotations
@@ -115,6 +116,24 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
         torch.save({"x": x, "logits": logits}, out / "meta_tp.pt")
 
 
+def run_disagreement(out: Path, par: distributed.Parallel) -> None:
+    """The command line on two ranks launched with different --lr and --steps: each rank writes its
+    exit status and what it printed to OUT/disagree-RANK.txt."""
+    import contextlib
+    import io
+
+    from llama_course.train import main
+
+    lr, steps = ("0.003", "300") if par.rank == 0 else ("0.001", "200")
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):
+        try:
+            status = main(["--out", str(out / "disagree"), "--lr", lr, "--steps", steps])
+        except SystemExit as stop:
+            status = stop.code
+    (out / f"disagree-{par.rank}.txt").write_text(f"{status}\n{printed.getvalue()}")
+
+
 def main() -> int:
     return run(Path(sys.argv[1]), sys.argv[2])
 
@@ -124,6 +143,9 @@ def run(out: Path, scenario: str) -> int:
     torch.set_num_threads(1)
     par = distributed.setup(timeout_s=60)
     try:
+        if scenario == "disagree":
+            run_disagreement(out, par)
+            return 0
         if scenario == "fail":
             if par.rank == 1:
                 raise RuntimeError("rank 1 fails on purpose")

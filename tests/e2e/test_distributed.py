@@ -197,6 +197,19 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
     assert time.perf_counter() - started < 100        # ended, not waited out
 
 
+def test_ranks_launched_with_different_options_all_stop_naming_each_difference(tmp_path):
+    started = time.perf_counter()
+    fork_two_ranks(tmp_path, "disagree", timeout=120)
+    for rank in (0, 1):
+        status, printed = (tmp_path / f"disagree-{rank}.txt").read_text().split("\n", 1)
+        assert status == "2", printed                                  # argparse's status for bad options
+        error = printed.split("error: ")[-1]
+        assert error == ("the processes were launched with different options: --lr: rank 0 0.003, rank 1 0.001; "
+                         "--steps: rank 0 300, rank 1 200. Launch every process with the same arguments\n")
+    assert not (tmp_path / "disagree").exists()                        # stopped before writing anything
+    assert time.perf_counter() - started < 60                          # not a collective's 300 s timeout
+
+
 @pytest.mark.slow
 def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
     with pytest.raises(ValueError, match="divisible by world_size"):

@@ -179,6 +179,59 @@ def test_the_same_tensor_in_two_shards_names_both(sharded):
     assert first.name in str(error.value) and second.name in str(error.value)
 
 
+def test_two_file_tensors_for_one_parameter_are_refused(sharded):
+    shard = shard_of(sharded, "model.norm.weight")
+    tensors = safetensors_torch.load_file(shard)
+    tensors["norm.weight"] = tensors["model.norm.weight"] + 1.0          # the same parameter, other values
+    safetensors_torch.save_file(tensors, shard, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"model.norm.weight and norm.weight both map to the parameter "
+                                              r"norm.weight"):
+        Llama.from_hf(sharded)
+
+
+def test_quantized_checkpoints_are_refused_with_one_message(sharded):
+    edit_json(sharded / "config.json", lambda c: c.update(quantization_config={"quant_method": "fp8"}))
+    with pytest.raises(ValueError, match=r"quantization_config \(quant_method 'fp8'\): a quantized checkpoint"):
+        Llama.from_hf(sharded)
+    edit_json(sharded / "config.json", lambda c: c.pop("quantization_config"))
+    shard = shard_of(sharded, "model.layers.0.mlp.up_proj.weight")
+    original = safetensors_torch.load_file(shard)
+    for dtype in (torch.float8_e4m3fn, torch.int8, torch.complex64):
+        tensors = dict(original, **{"model.layers.0.mlp.up_proj.weight":
+                                    original["model.layers.0.mlp.up_proj.weight"].to(dtype)})
+        safetensors_torch.save_file(tensors, shard, metadata={"format": "pt"})
+        for cast in (None, torch.float32):                                  # dtype= does not hide it
+            with pytest.raises(CheckpointError, match=f"model.layers.0.mlp.up_proj.weight is {dtype}; the course "
+                                                      f"loads floating-point weights"):
+                Llama.from_hf(sharded, dtype=cast)
+
+
+def test_the_index_must_match_the_shards(sharded):
+    norm_shard, embed_shard = shard_of(sharded, "model.norm.weight"), shard_of(sharded, "model.embed_tokens.weight")
+    edit_json(sharded / "model.safetensors.index.json",
+              lambda c: c["weight_map"].update({"model.norm.weight": embed_shard.name}))
+    with pytest.raises(ValueError, match=f"weight_map does not match the shards: model.norm.weight \\(index: "
+                                         f"{embed_shard.name}, found in {norm_shard.name}\\)"):
+        Llama.from_hf(sharded)
+    edit_json(sharded / "model.safetensors.index.json",
+              lambda c: c["weight_map"].update({"model.norm.weight": norm_shard.name, "model.extra.weight":
+                                                norm_shard.name}))
+    with pytest.raises(ValueError, match=r"model.extra.weight \(index: .*, found in none\)"):
+        Llama.from_hf(sharded)
+
+
+def test_deeply_nested_json_is_a_clear_error(sharded, tmp_path):
+    from llama_course.tokenizer import BPETokenizer
+
+    (sharded / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="config.json: cannot be read as JSON \\(nested too deeply\\)"):
+        Llama.from_hf(sharded)
+    (tmp_path / "tokenizer.json").write_text('{"format": "llama-course-bpe", "vocab": ' + "[" * 100_000 + "]" * 100_000
+                                             + "}")
+    with pytest.raises(ValueError, match="tokenizer.json: JSON nested too deeply"):
+        BPETokenizer.load(tmp_path / "tokenizer.json")
+
+
 def test_a_tied_head_stored_with_other_values_is_an_error(tmp_path):
     model = hf_model("gqa-tied")
     model.save_pretrained(tmp_path / "ckpt")                   # one file; the tied head is not stored

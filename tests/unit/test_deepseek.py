@@ -132,6 +132,26 @@ def test_fused_3d_expert_tensors_load(deepseek_v3, tmp_path):
         torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-5)
 
 
+def test_an_expert_stored_both_fused_and_one_by_one_is_refused(deepseek_v3, tmp_path):
+    from safetensors.torch import load_file
+
+    from llama_course.checkpoint import CheckpointError
+
+    hf, _ = deepseek_v3
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "config.json").write_text((tmp_path / "config.json").read_text())
+    state = {k: v.contiguous() for k, v in hf.state_dict().items()}                  # fused, 3-D
+    per_expert = load_file(str(tmp_path / "model.safetensors"))                      # one matrix per expert
+    name = "model.layers.1.mlp.experts.0.gate_proj.weight"
+    state[name] = 2 * per_expert[name]                                              # and expert 0 again
+    save_file(state, str(both / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"model.layers.1.mlp.experts.(0.gate_proj.weight|gate_up_proj) and "
+                                              r"model.layers.1.mlp.experts.(gate_up_proj|0.gate_proj.weight) both "
+                                              r"map to the parameter layers.1.mlp.experts.0.gate_proj.weight"):
+        Llama.from_hf(both)
+
+
 def test_deepseek_v3_preset_counts_equal_transformers_on_meta():
     config = PRESETS["deepseek-v3"]
     counts = count_parameters(config)

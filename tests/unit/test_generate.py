@@ -105,9 +105,30 @@ def test_bad_input():
         generate(m, ids, 3, temperature=-0.1)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(m, ids, -1)
-    with pytest.raises(ValueError, match="max_seq_len"):
-        generate(m, ids, 63)
+    with pytest.raises(ValueError, match=r"\(2\) \+ max_new_tokens \(64\) - 1 = 65 positions .* max_seq_len \(64\)"):
+        generate(m, ids, 64)
     assert torch.equal(generate(m, ids, 0), ids)
+
+
+def test_the_last_new_token_needs_no_position():
+    # prompt + new = max_seq_len + 1: the last token is chosen but never fed back (issue 31)
+    m = tiny(3)
+    ids = torch.randint(0, 53, (1, 60), generator=torch.Generator().manual_seed(4))
+    out = generate(m, ids, 5)                                            # 60 + 5 = 65 tokens, 64 positions
+    assert out.shape == (1, 65)
+    with torch.no_grad():
+        assert out[0, -1] == m(out[:, :64])[0, -1].argmax()             # the full forward's choice
+
+
+def test_an_all_padding_row_and_nan_logits_are_named():
+    m = tiny(5)
+    prompt = torch.tensor([[0, 0, 0], [1, 2, 3]])
+    with pytest.raises(ValueError, match=r"attention_mask rows \[0\] are all padding"):
+        generate(m, prompt, 2, attention_mask=torch.tensor([[0, 0, 0], [1, 1, 1]]))
+    with torch.no_grad():
+        m.lm_head.weight[7] = float("nan")                              # token 7's logit is NaN
+    with pytest.raises(FloatingPointError, match="NaN logits"):          # not multinomial's bare error
+        generate(m, prompt[1:], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
 
 
 def test_sdpa_backend_generates_the_same_tokens():

@@ -151,6 +151,10 @@ def test_bad_input():
         apply_rope(x, torch.arange(3), layout="rotate")
     with pytest.raises(ValueError, match="rope_type"):
         rope_inv_freq(8, scaling={"rope_type": "yarn2"})
+    for rope_type in ("linear", "dynamic", "llama3"):          # transformers refuses these without a factor too
+        with pytest.raises(ValueError, match=f"rope_type '{rope_type}' needs factor"):
+            rope_inv_freq(8, scaling={"rope_type": rope_type, "original_max_position_embeddings": 64,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0})
     with pytest.raises(ValueError, match="n_heads"):
         interleaved_to_half(torch.randn(12, 4), 5)
 

@@ -3,6 +3,7 @@
 test` also runs against the package.)"""
 
 import json
+import re
 import tracemalloc
 
 import pytest
@@ -113,6 +114,11 @@ def test_empty_and_bad_input(tok):
         train_bpe("abc", 300, special_tokens=[42])
     with pytest.raises(TypeError, match="vocab_size"):
         train_bpe("abc", 300.0)
+    for one_byte in ("<", "\n"):               # issue 31: refused before training, not after it
+        with pytest.raises(ValueError, match=re.escape(f"special token {one_byte!r} is one byte")):
+            train_bpe("a < b\n" * 50, 300, special_tokens=[one_byte])
+        with pytest.raises(ValueError, match=re.escape(f"special token {one_byte!r} is one byte")):
+            BPETokenizer({i: bytes([i]) for i in range(256)}, special_tokens=[one_byte])
     with pytest.raises(TypeError, match="text"):
         train_bpe([b"abc"], 300)
 

@@ -54,6 +54,28 @@ def test_tokens_are_cached_on_disk(tmp_path):
     assert isinstance(again, np.memmap) and np.array_equal(again, first)
 
 
+def test_a_damaged_token_cache_is_encoded_again_never_trusted(tmp_path):
+    import hashlib
+
+    tokenizer = train_bpe(TEXT, 300)
+    expected = tokenizer.encode(TEXT)
+    tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")
+    (cache,) = tmp_path.glob("t-*.bin")
+    manifest = json.loads(cache.with_name(cache.name + ".json").read_text())
+    assert manifest == {"sha256": hashlib.sha256(cache.read_bytes()).hexdigest(), "tokens": len(expected)}
+    flipped = bytearray(cache.read_bytes())
+    flipped[10] ^= 0x01
+    for damage in (cache.read_bytes()[:len(expected)], bytes(flipped)):     # truncated to half, one bit flipped
+        cache.write_bytes(damage)
+        with pytest.warns(UserWarning, match="does not match its manifest"):
+            again = tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")
+        assert list(again) == expected
+    cache.with_name(cache.name + ".json").unlink()                          # a cache with no manifest
+    with pytest.warns(UserWarning, match="does not match its manifest"):
+        assert list(tokenize_to_file(TEXT, tokenizer, tmp_path / "t.bin")) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.name, cache.name + ".json"]
+
+
 def test_schedule_and_optimizer_groups():
     cfg = TrainConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
@@ -240,7 +262,7 @@ def test_every_config_field_is_compared_on_resume(data, tmp_path):
     train(Llama(scaled), *data, cfg, out_dir=tmp_path)
     with pytest.raises(ValueError, match="rope_scaling: checkpoint"):
         load_checkpoint(tmp_path / "checkpoint", Llama(CONFIG))
-    with pytest.raises(ValueError, match="train.lr: checkpoint 0.003, model 0.001"):
+    with pytest.raises(ValueError, match="train.lr: checkpoint 0.003, run 0.001"):
         train(Llama(scaled), *data, TrainConfig(steps=2, batch_size=2, context_length=8, warmup_steps=1, lr=1e-3,
                                                 progress=False), out_dir=tmp_path, resume=True)
 
@@ -357,7 +379,9 @@ def test_command_line(tmp_path, capsys):
 @pytest.mark.parametrize("options, message", [
     (["--steps", "0"], "steps must be an int >= 1"), (["--batch-size", "0"], "batch_size must be"),
     (["--context-length", "0"], "context_length must be"), (["--eval-interval", "0"], "eval_interval must be"),
-    (["--out", ""], "must name a folder"), (["--resume"], "nothing to resume")])
+    (["--out", ""], "must name a folder"), (["--resume"], "nothing to resume"),
+    (["--context-length", "256"], "--context-length + 1 (257) exceeds --config tiny's max_seq_len (256)"),
+    (["--vocab-size", "256"], "--vocab-size must be at least 257")])
 def test_command_line_argument_errors_come_first(tmp_path, capsys, monkeypatch, options, message):
     import llama_course.tokenizer
     from llama_course.train import main
@@ -384,3 +408,125 @@ def test_documents_are_shuffled_before_the_split():
     tail = "".join(documents[-len(documents) // 10:])
     assert "Title:" in tail  # not just the Chinese file, which ends the corpus
     assert shuffle_documents(course_corpus(), seed=0) == text != shuffle_documents(course_corpus(), seed=1)
+
+
+# ------------------------------------------------------------------ a run folder holds one run (issue 31)
+
+TINY_CLI = ["--steps", "2", "--context-length", "16", "--batch-size", "2", "--eval-interval", "2"]
+
+
+@pytest.fixture
+def course_tokenizer(monkeypatch):
+    """The command line's tokenizer, trained on TEXT instead of the course corpus (seconds, not minutes)."""
+    import llama_course.tokenizer
+
+    tokenizer = train_bpe(TEXT, 300, ["<|endoftext|>"])
+    monkeypatch.setattr(llama_course.tokenizer, "train_bpe", lambda *a, **k: tokenizer)
+    return tokenizer
+
+
+def test_a_fresh_run_refuses_a_folder_that_holds_an_earlier_runs_checkpoint(data, tmp_path, capsys):
+    from llama_course.train import main
+
+    cfg = TrainConfig(steps=3, batch_size=2, context_length=8, warmup_steps=1, eval_interval=3, progress=False)
+    train(Llama(CONFIG), *data, cfg, out_dir=tmp_path)
+    before = (tmp_path / "checkpoint" / "manifest.json").read_bytes()
+    with pytest.raises(ValueError, match=r"earlier run \(step 3, in .*checkpoint\).*resume"):
+        train(Llama(CONFIG), *data, cfg, out_dir=tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path), *TINY_CLI])
+    assert exit_.value.code == 2 and "earlier run (step 3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--resume", "--overwrite", *TINY_CLI])
+    assert "pass one of them" in capsys.readouterr().err
+    assert (tmp_path / "checkpoint" / "manifest.json").read_bytes() == before      # untouched
+    from argparse import Namespace
+
+    from llama_course.train import _check_resume, _parser
+    with pytest.raises(SystemExit):                   # under torchrun --shard: refused before any work
+        _check_resume(_parser(), Namespace(out=tmp_path, shard=True), CONFIG, cfg)
+    assert "is a whole-model checkpoint; resume it without --shard" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_overwrite_starts_a_new_run_and_resume_extends_a_finished_one(tmp_path, capsys, course_tokenizer):
+    from llama_course.train import main
+
+    run = ["--out", str(tmp_path), *TINY_CLI]
+    assert main(run) == 0
+    assert main([*run, "--overwrite"]) == 0
+    assert "cosine decay to 0.0003 at step 2\n" in capsys.readouterr().out
+    step = json.loads((tmp_path / "checkpoint" / "manifest.json").read_text())["step"]
+    assert step == 2
+    assert main([*run, "--resume", "--steps", "3"]) == 0            # a finished run, extended by one step
+    out = capsys.readouterr().out
+    assert "warmup to 0.003 over 1 steps, cosine decay to 0.0003 at step 2, then 0.0003 until step 3" in out
+    assert json.loads((tmp_path / "checkpoint" / "manifest.json").read_text())["step"] == 3
+
+
+def test_extending_a_finished_run_keeps_its_schedule(data, tmp_path):
+    from llama_course.train import describe_schedule
+
+    cfg = TrainConfig(steps=6, batch_size=2, context_length=8, warmup_steps=2, eval_interval=3, progress=False)
+    longer = TrainConfig(steps=8, decay_steps=6, batch_size=2, context_length=8, warmup_steps=2, eval_interval=3,
+                         progress=False)
+    assert [lr_at(s, longer) for s in range(6)] == [lr_at(s, cfg) for s in range(6)]
+    assert lr_at(6, longer) == lr_at(7, longer) == pytest.approx(cfg.lr * cfg.min_lr_ratio)
+    assert describe_schedule(longer).endswith("cosine decay to 0.0003 at step 6, then 0.0003 until step 8")
+    torch.manual_seed(0)
+    straight = train(Llama(CONFIG), *data, longer)
+    torch.manual_seed(0)
+    train(Llama(CONFIG), *data, cfg, out_dir=tmp_path)                      # finished at step 6
+    with pytest.raises(ValueError, match=r"train.decay_steps: checkpoint 6, run 8; .*decay_steps=6"):
+        train(Llama(CONFIG), *data, TrainConfig(**{**vars(longer), "decay_steps": None}), out_dir=tmp_path,
+              resume=True)
+    extended = train(Llama(CONFIG), *data, longer, out_dir=tmp_path, resume=True)
+    assert extended["step"] == list(range(8))
+    assert extended["train_loss"] == straight["train_loss"]                 # the same run as 8 steps in one go
+    with pytest.raises(ValueError, match="decay_steps must be"):
+        TrainConfig(decay_steps=0)
+
+
+def test_two_runs_on_one_folder_the_second_names_the_lock_and_its_holder(tmp_path, capsys, course_tokenizer):
+    import os
+
+    from llama_course.distributed import Parallel
+    from llama_course.train import main, run_lock
+
+    with run_lock(tmp_path, Parallel()):                                   # a run in progress
+        with pytest.raises(SystemExit) as exit_:
+            main(["--out", str(tmp_path), *TINY_CLI])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"process {os.getpid()} holds {tmp_path / 'train.lock'}" in err
+    assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "tokenizer.json").exists()
+    hold = ("import time; from pathlib import Path; from llama_course.distributed import Parallel\n"
+            "from llama_course.train import run_lock\n"
+            f"with run_lock(Path({str(tmp_path)!r}), Parallel()):\n print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path), *TINY_CLI])
+        assert f"process {holder.pid} holds" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock(tmp_path, Parallel()):                                   # released when its process ended
+        pass
+
+
+def test_a_stray_file_in_a_sharded_checkpoint_is_ignored_a_listed_one_checked(tmp_path):
+    from llama_course.train import checkpoint_problem, commit_checkpoint
+
+    shards = tmp_path / "checkpoint.tmp" / "dcp"
+    shards.mkdir(parents=True)
+    (shards / ".metadata").write_bytes(b"metadata")
+    (shards / "__0_0.distcp").write_bytes(b"rank 0's shard")
+    commit_checkpoint(tmp_path / "checkpoint", 5, {"state.pt": b"state", "config.json": b"{}"},
+                      ("dcp/.metadata", "dcp/__0_0.distcp"))
+    checkpoint = tmp_path / "checkpoint"
+    assert checkpoint_problem(checkpoint) is None
+    (checkpoint / "dcp" / "notes.txt").write_text("a file someone copied in")
+    assert checkpoint_problem(checkpoint) is None                          # not listed: ignored
+    (checkpoint / "dcp" / "__0_0.distcp").write_bytes(b"rank 0's shard, changed")
+    assert "__0_0.distcp is corrupted" in checkpoint_problem(checkpoint)   # listed: checked
