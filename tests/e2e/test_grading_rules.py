@@ -46,9 +46,9 @@ def chapter_args(*chapters: int) -> list:
 @needs_key
 @pytest.mark.parametrize("case, chapter, label, why", [
     ("alibi_transformers", 4, "Homework 4.A", "imports transformers"),
-    ("alibi_transformers_hidden", 4, "Homework 4.A", "transformers cannot be used here"),
+    ("alibi_transformers_hidden", 4, "Homework 4.A", "tried to use transformers"),
     ("min_p_transformers", 8, "Homework 8.C", "imports transformers"),
-    ("min_p_transformers_hidden", 8, "Homework 8.C", "transformers cannot be used here"),
+    ("min_p_transformers_hidden", 8, "Homework 8.C", "tried to use transformers"),
 ])
 def test_transformers_answers_earn_nothing(tmp_path, case, chapter, label, why):
     """Homework 4.A by transformers' BLOOM ALiBi, 8.C by its MinPLogitsWarper: the hidden tests'
