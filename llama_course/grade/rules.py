@@ -137,17 +137,19 @@ class Guard(sandbox._Watcher):
         for name in sandbox._teaching_modules():  # loaded before the watcher indexes them (spawn too)
             __import__(name)
         self.violations: list[str] = []
-        super().__init__(tuple(w for w in watch if not w.startswith("rule:")))
-        self.by_hand = BY_HAND_TOKEN in watch
-        own = _own_fingerprints(Path(path).parent)
-        self.copies = {fp: name for fp, name in self._watched_fingerprints().items() if fp not in own}
+        self.copies: dict[tuple, str] = {}   # fingerprint -> watched name (set below; the hook runs already)
         self.checked: dict[int, tuple] = {}  # id(code) -> (code, name or None): each code looked at once
-        if self.by_hand:
+        self.by_hand = False
+        super().__init__(tuple(w for w in watch if not w.startswith("rule:")))
+        own = _own_fingerprints(Path(path).parent)
+        copies = {fp: name for fp, name in self._watched_fingerprints().items() if fp not in own}
+        if BY_HAND_TOKEN in watch:
             self._engine = type(torch.autograd.variable.Variable._execution_engine)
             self._set_grad, self._grad_enabled = torch._C._set_grad_enabled, torch.is_grad_enabled
             self._starts = {id(f) for f in (getattr(sys.modules["_thread"], n, None) for n in
                                              ("start_new_thread", "start_new", "start_joinable_thread")) if f}
             torch.set_grad_enabled(False)
+        self.copies, self.by_hand = copies, BY_HAND_TOKEN in watch
         if (self.copies or self.by_hand) and sys.getprofile() is not getattr(self, "hook", None):
             self.hook = self._profile
             sys.setprofile(self.hook)
