@@ -221,26 +221,28 @@ def _own_fingerprints(folder: Path) -> set[tuple]:
     return found
 
 
-def _answering_folders() -> tuple[str, ...]:
+def _answering_folders() -> dict[str, str]:
+    """{folder or file of an ANSWERING package: its name} for those installed."""
     import importlib.util
 
-    folders = []
+    folders = {}
     for name in ANSWERING:
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             continue
         for folder in (spec.submodule_search_locations or []) if spec else []:
-            folders.append(os.path.realpath(folder) + os.sep)
+            folders[os.path.realpath(folder) + os.sep] = name
         if spec and spec.origin and not spec.submodule_search_locations:
-            folders.append(os.path.realpath(spec.origin))
-    return tuple(folders)
+            folders[os.path.realpath(spec.origin)] = name
+    return folders
 
 
 def _audit_hook(violations: list[str], by_hand: bool):
     """An audit hook refusing the ANSWERING packages (imports, and opening their files) and, in a
     by-hand exercise, new processes. Its settings are closed over (immutable)."""
-    folders, answering = _answering_folders(), frozenset(ANSWERING)
+    where, answering = _answering_folders(), frozenset(ANSWERING)
+    folders = tuple(where)
     refused_message = ("{} cannot be used here: a submitted file may import only the standard library, "
                        + ", ".join(ALLOWED[:-1]) + ", the course package (not its answers) and your own files")
 
@@ -256,7 +258,8 @@ def _audit_hook(violations: list[str], by_hand: bool):
         elif event == "open" and folders and isinstance(args[0], (str, bytes, os.PathLike)):
             path = os.path.realpath(os.fsdecode(args[0]))
             if path.startswith(folders) or path + os.sep in folders:
-                refuse(f"{path} (an installed package's file)", PermissionError)
+                name = next(where[f] for f in folders if path.startswith(f) or path + os.sep == f)
+                refuse(f"{name} (reading {path})", PermissionError)
         elif by_hand and event in PROCESS_EVENTS:
             why = f"{VIOLATION}your code started a process ({event}) in an exercise to be done by hand"
             if why not in violations:
