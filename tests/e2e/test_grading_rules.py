@@ -112,9 +112,10 @@ PACKAGE_SOFTMAX = """
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [
-    'exec(compile(pathlib.Path(_package.__file__).read_text(), __file__, "exec"), _ns := {})\n'
+    'exec(compile(pathlib.Path(_package.__file__).read_text(), __file__, "exec"), _ns := {"__name__": "mine"})\n'
     '    softmax = _ns["soft" + "max"]',
-    'softmax = types.FunctionType(getattr(_package, "soft" + "max").__code__.replace(co_name="mine"), vars(_package))',
+    'softmax = types.FunctionType(getattr(_package, "soft" + "max").__code__.replace(co_name="mine"), vars(_package),\n'
+    '                             None, (-1,))',
 ], ids=["exec of the package's source", "code.replace of the package's code"])
 def test_the_package_run_through_exec_earns_nothing(tmp_path, how):
     """A practice exercise answered by a copy of the package's own function, made with exec of its
