@@ -112,7 +112,8 @@ PACKAGE_SOFTMAX = """
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", [
-    'exec(compile(pathlib.Path(_package.__file__).read_text(), __file__, "exec"), _ns := {"__name__": "llama_course.mine", "__package__": "llama_course"})\n'
+    'exec(compile(pathlib.Path(_package.__file__).read_text(), __file__, "exec"),\n'
+    '         _ns := {"__name__": "llama_course.mine", "__package__": "llama_course"})\n'
     '    softmax = _ns["soft" + "max"]',
     'softmax = types.FunctionType(getattr(_package, "soft" + "max").__code__.replace(co_name="mine"), vars(_package),\n'
     '                             None, (-1,))',
