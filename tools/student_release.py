@@ -29,7 +29,8 @@ PREFIX = "llama-course"
 INSTRUCTOR_ONLY = [
     "solutions/", "tests/hidden/", "tests/grader_cases/", "tests/e2e/test_stubs.py", "tests/e2e/test_grader.py",
     "tests/e2e/test_autograder.py", "tests/e2e/test_release.py", "tests/e2e/test_install.py",
-    "tests/e2e/test_feedback.py", "tests/e2e/test_hostile_submissions.py", "tools/student/",
+    "tests/e2e/test_feedback.py", "tests/e2e/test_hostile_submissions.py", "tests/e2e/test_grading_rules.py",
+    "tools/student/",
     "tools/student_release.py", "tools/colab_cells.py", "requirements-grade.txt", "CONTRIBUTING.md",
 ]
 MARKER = "instructor only: not in the student release"

@@ -16,7 +16,10 @@ its kind ("practice", the default, or "homework") and the exercises it relies on
 
 With --isolate, an exercise earns nothing when the student's file takes the package's own answer
 to it (``reference_names``): statically (imports and attribute access in the file) and at run time
-(the worker records calls of those package functions made on the student's behalf).
+(the worker records calls of those package functions made on the student's behalf, copies made
+with exec included); and a file earns nothing when it imports beyond the standard library, torch,
+numpy, regex, the package and the student's own files (llama_course.grade.rules, which also keeps
+transformers out of the worker and autograd out of "by hand" exercises).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import pytest
 import torch
 
 from llama_course.device import available_devices
+from llama_course.grade.rules import VIOLATION, file_problems, worker_rules
+from llama_course.grade.rules import message as rules_message
 
 REPO = Path(__file__).resolve().parents[2]
 _NAMED = {"solutions": REPO / "solutions", "exercises": REPO / "exercises"}
@@ -40,6 +45,7 @@ SANDBOX = pytest.StashKey()
 _GIVEN_UP = pytest.StashKey()  # {path: why} files whose import hung; {(path, label): {function}} that hung
 _USES = pytest.StashKey()      # {path: package_uses(file)}
 KINDS = ("practice", "homework")
+_FILE_RULE = "<the import rule>"  # key in _USES: why the whole file earns nothing (llama_course.grade.rules)
 
 # Package names that answer an exercise besides the one named like its function (Exercise 4.1
 # softmax -> the package's softmax). "Class.method" names one method; a class name, all of them.
@@ -188,7 +194,7 @@ def _sandboxed(request, path: Path):
     label = graded.label if graded else ""
     if str(path) in given_up:
         pytest.fail(given_up[str(path)], pytrace=False)
-    watch = reference_names(label) if graded else ()
+    watch = reference_names(label) + worker_rules(label) if graded else ()
     _check_imports(config, path, watch)
     memory = config.getoption("--memory-limit")
     confinement = Confinement(config.getoption("--sandbox-uid"), config.getoption("--sandbox-gid"),
@@ -208,6 +214,11 @@ def _check_imports(config, path: Path, watch: tuple[str, ...]) -> None:
             uses[str(path)] = package_uses(path.read_text(encoding="utf-8", errors="replace"))
         except SyntaxError:
             uses[str(path)] = {}  # the worker reports it, with its line number
+        problems = file_problems(path)  # imports outside what a submission may import: the whole file
+        if problems:
+            uses[str(path)][_FILE_RULE] = rules_message(path.name, problems)
+    if _FILE_RULE in uses[str(path)]:
+        pytest.fail(uses[str(path)][_FILE_RULE], pytrace=False)
     for name in watch:
         if name in uses[str(path)]:
             pytest.fail(_reference_message(name, f"{path.name}, {uses[str(path)][name]}"), pytrace=False)
@@ -232,6 +243,9 @@ def pytest_pyfunc_call(pyfuncitem):
             if TAMPERED in sandbox.touched:
                 pytest.fail("no points: your code replaced the grader's call watcher (sys.setprofile, "
                             "sys.settrace or threading.setprofile)", pytrace=False)
+            broken = [t.removeprefix(VIOLATION) for t in sandbox.touched if t.startswith(VIOLATION)]
+            if broken:
+                pytest.fail(f"no points: {'; '.join(broken)}", pytrace=False)
             pytest.fail(_reference_message(sandbox.touched[0], "called while this test ran"), pytrace=False)
 
 

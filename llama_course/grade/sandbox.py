@@ -595,7 +595,9 @@ def _serve(conn, path: str, workdir: str, confinement: Confinement, watch: tuple
         _send(conn, ("load_error", _describe(err, "grading error: could not set up the sandbox: "), "", []))
         return
     capture = _OutputCapture(workdir)
-    watcher = _Watcher(watch)
+    from .rules import Guard  # the call watcher plus the grading rules (imports it: not at the top)
+
+    watcher = Guard(watch, path)
     _send(conn, ("started", None, "", []))
     objects: dict[int, object] = {}
     load_error = _import_student(path, objects)

@@ -47,3 +47,26 @@ class LastTwoTokens(nn.Module):
         k = self.table.shape[0]
         prev = torch.cat([ids[:, :1], ids[:, :-1]], dim=1)                 # (B, T)
         return self.table[prev % k, ids % k]                               # (B, T, V)
+
+
+def value_and_grad(fn, wrt: int, *args):
+    """(fn(*args) detached, d fn / d args[wrt]) where fn runs, or (value, None) when the value
+    carries no gradient back to args[wrt] (cut off from the graph: .item(), torch.tensor(...),
+    .detach()). Runs in the process that holds fn: called through ``gradient_in_worker``."""
+    x = args[wrt].detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        value = fn(*args[:wrt], x, *args[wrt + 1:])
+        if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+            return (value.detach() if isinstance(value, torch.Tensor) else value), None
+        (grad,) = torch.autograd.grad(value.sum(), x, allow_unused=True)
+    return value.detach(), grad
+
+
+def gradient_in_worker(impl, name: str, wrt: int, *args):
+    """value_and_grad of the implementation's function ``name``, computed where it runs: in the
+    grader's worker process (autograd graphs do not cross processes) or here, for a module."""
+    from llama_course.grade.sandbox import Remote
+
+    if isinstance(impl, Remote):
+        return impl._sandbox.request("call", value_and_grad, (getattr(impl, name), wrt, *args), {})
+    return value_and_grad(getattr(impl, name), wrt, *args)

@@ -6,10 +6,11 @@ every query sees the sinks, a balanced routing with uniform scores costs exactly
 differentiable in the scores).
 """
 
-import math
-
 import pytest
 import torch
+from graded._checks import assert_close
+
+from llama_course.grade.testing import gradient_in_worker
 
 PACKAGE_MODULES = ["llama_course.sliding_window", "llama_course.deepseek_moe"]
 
@@ -60,6 +61,20 @@ def balance_by_loops(scores, experts, n_experts, alpha):
     return alpha * total
 
 
+def balance_gradient(scores, experts, n_experts, alpha):
+    """d loss / d s_{i,t} from the definition, entry by entry in float64 (P_i = mean_t s_{i,t} / S_t)."""
+    T, K = experts.shape
+    s = scores.double().tolist()
+    f = [n_experts / (K * T) * sum(1 for t in range(T) if i in experts[t].tolist()) for i in range(n_experts)]
+    grad = [[0.0] * n_experts for _ in range(T)]
+    for t in range(T):
+        total = sum(s[t])
+        mixed = sum(f[j] * s[t][j] for j in range(n_experts)) / total
+        for i in range(n_experts):
+            grad[t][i] = alpha / T * (f[i] - mixed) / total
+    return torch.tensor(grad, dtype=scores.dtype)
+
+
 @pytest.mark.graded(BALANCE, points=3, kind="homework")
 @pytest.mark.parametrize("T,E,K,seed", [(16, 8, 2, 0), (5, 6, 3, 1), (32, 16, 4, 2)])
 def test_sequence_balance_loss_from_the_definition(impl, T, E, K, seed):
@@ -77,13 +92,15 @@ def test_sequence_balance_loss_balanced_costs_alpha_and_responds_to_scores(impl)
     experts = torch.tensor([[t % E, (t + 1) % E] for t in range(T)])            # each expert 4 times
     loss = impl.sequence_balance_loss(torch.full((T, E), 0.7), experts, E, 0.01)
     assert abs(loss.item() - 0.01) < 1e-7
-    # the loss must respond to the scores (the grader runs your code in another process, where no
-    # autograd graph can follow it back: a central finite difference in float64 stands in)
-    scores = torch.sigmoid(torch.randn(T, E, generator=torch.Generator().manual_seed(3), dtype=torch.float64))
-    bump = torch.zeros_like(scores)
-    bump[0, experts[0, 0]] = 1e-6
-    up = impl.sequence_balance_loss(scores + bump, experts, E, 1.0).item()
-    down = impl.sequence_balance_loss(scores - bump, experts, E, 1.0).item()
-    slope = (up - down) / 2e-6
-    assert math.isfinite(slope) and abs(slope) > 1e-6, \
-        f"the loss does not change with the score of a chosen expert (d loss / d s = {slope})"
+    # differentiable in the scores: the gradient, taken where your code runs, against the
+    # derivative of the definition, d loss / d s_{i,t} = alpha / T * (f_i - sum_j f_j s'_{j,t}) / S_t
+    g = torch.Generator().manual_seed(3)
+    scores = torch.sigmoid(torch.randn(T, E, generator=g)) + 0.1
+    experts = torch.rand(T, E, generator=g).argsort(dim=-1)[:, :2]               # an uneven routing
+    expected = balance_gradient(scores, experts, E, 0.5)
+    assert expected.abs().max() > 1e-3                                           # (a gradient worth checking)
+    value, grad = gradient_in_worker(impl, "sequence_balance_loss", 0, scores, experts, E, 0.5)
+    assert grad is not None, ("the loss carries no gradient back to the scores (cut off from the graph: "
+                              ".item(), float(), torch.tensor(...) of a number, .detach()?)")
+    assert_close(grad, expected, "d loss / d scores vs the definition's",
+                 rtol=1e-4, atol=1e-6)
