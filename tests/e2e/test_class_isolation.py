@@ -81,7 +81,7 @@ HOSTILE = """
         for path in PATHS + found:
             try:
                 seen = os.listdir(path) if os.path.isdir(path) else open(path).read()
-                print("READ", path, "SECRET" if "SECRET" in str(seen) else "")
+                print("READ", path, "LEAKED" if "-SEC" + "RET" in str(seen) else "")
             except OSError as err:
                 print("DENIED", path, type(err).__name__)
         return 42
@@ -128,9 +128,9 @@ def test_a_student_reads_nothing_of_a_classmate_and_leaves_nothing_behind(open_t
     assert rows["alice"][1] == rows["mallory"][1] == rows["zoe"][1] == "2", rows
     results = {name: json.loads((grades / f"{name}.json").read_text()) for name in ("alice", "mallory", "zoe")}
     said = results["mallory"]["tests"][0]["output"]
-    # any grader's staging folder on this machine is globbed; this class's would show a SECRET
+    # any grader's staging folder on this machine is globbed (her own too); a classmate's would be LEAKED
     ours = [line for line in said.splitlines() if line.startswith("READ") and str(open_tmp) in line]
-    assert not ours and "SECRET" not in said, said
+    assert not ours and "LEAKED" not in said, said
     assert said.count("DENIED") >= 6, said
     uids = {name: uid_of(r) for name, r in results.items()}
     assert len(set(uids.values())) == 3 and min(uids.values()) > 0, uids       # a fresh uid per student

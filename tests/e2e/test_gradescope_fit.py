@@ -4,6 +4,7 @@ scores of the tests that finished."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -132,8 +133,11 @@ def test_a_grader_killed_mid_run_leaves_the_finished_scores(open_tmp):
     finally:
         grader.kill()
         grader.wait()
-        if os.geteuid() == 0:
+        if os.geteuid() == 0:  # the killed grader's worker, and its private staging folder
             sandbox.end_processes_of(sandbox.UID_BASE + grader.pid)
+            for entry in Path(tempfile.gettempdir()).glob("llama-course-submission-*"):
+                if entry.stat().st_gid == sandbox.UID_BASE + grader.pid:
+                    shutil.rmtree(entry)
         for pid in (p for p in os.listdir("/proc") if p.isdigit()):
             try:
                 if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
