@@ -5,7 +5,8 @@
     python -m llama_course.grade --class SUBMISSIONS --out-dir GRADES
 
 Grades the chNN_*.py files in PATH (default: exercises/; a folder holding an exercises/ folder
-works too) with the graded tests (tests/graded, plus tests/hidden where it exists; ``--tests DIR``,
+works too; with ``--upload``, a Gradescope upload or a student's zip: files at any depth, an
+exercises/ folder preferred, see autograder.collect) with the graded tests (tests/graded, plus tests/hidden where it exists; ``--tests DIR``,
 repeatable, to choose), prints a table per exercise, every failure's full message, and writes
 Gradescope's results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
 
@@ -13,8 +14,10 @@ Integrity. The grader never imports the student's code: it copies the submission
 folder (refusing symbolic links that leave it), and every test talks to a fresh, confined worker
 process (llama_course.grade.sandbox: as root, an unprivileged user who cannot read the key, write
 the tests, the package or the results, or signal the grader). An old results file is removed
-before any student code runs; the new one is written last, atomically, after every process of
-the student's user is gone, so a grader that is killed or fails leaves no score. An exercise
+before any student code runs; the new one is written atomically after each test (when that
+test's processes are gone: tests not yet run count 0 and the output says grading is unfinished,
+so a grader stopped by a time limit leaves the finished scores) and last after every process of
+the student's user is gone. In class grading a child grader that fails leaves no score. An exercise
 earns nothing when the submission uses the package's own answer to it (plugin.reference_names).
 
 Points. A test's points are its ``graded`` marker's; a test repeated per device shares them
