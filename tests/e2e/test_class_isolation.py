@@ -75,9 +75,10 @@ HOSTILE = """
         except OSError as err:
             print("NETWORK unreachable", type(err).__name__)
         for where in ("/tmp", "/var/tmp", "/dev/shm"):
-            with open(os.path.join(where, "planted-by-mallory"), "w") as f:
+            with open(os.path.join(where, f"planted-by-{os.getuid()}"), "w") as f:
                 f.write("x")
-            os.makedirs(os.path.join(where, "planted-dir-by-mallory", "inner"), exist_ok=True)
+            os.makedirs(os.path.join(where, f"planted-dir-by-{os.getuid()}", "inner"), exist_ok=True)
+            print("PLANTED in", where)
         for path in PATHS + found:
             try:
                 seen = os.listdir(path) if os.path.isdir(path) else open(path).read()
@@ -131,7 +132,7 @@ def test_a_student_reads_nothing_of_a_classmate_and_leaves_nothing_behind(open_t
     # any grader's staging folder on this machine is globbed (her own too); a classmate's would be LEAKED
     ours = [line for line in said.splitlines() if line.startswith("READ") and str(open_tmp) in line]
     assert not ours and "LEAKED" not in said, said
-    assert said.count("DENIED") >= 6, said
+    assert said.count("DENIED") >= 6 and said.count("PLANTED") == 3, said
     uids = {name: uid_of(r) for name, r in results.items()}
     assert len(set(uids.values())) == 3 and min(uids.values()) > 0, uids       # a fresh uid per student
     assert not owned_by(uids["mallory"]), owned_by(uids["mallory"])            # her planted files are gone
