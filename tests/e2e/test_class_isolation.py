@@ -75,9 +75,9 @@ HOSTILE = """
         except OSError as err:
             print("NETWORK unreachable", type(err).__name__)
         for where in ("/tmp", "/var/tmp", "/dev/shm"):
-            with open(os.path.join(where, f"planted-by-{os.getuid()}"), "w") as f:
+            with open(os.path.join(where, f"planted-by-{{os.getuid()}}"), "w") as f:
                 f.write("x")
-            os.makedirs(os.path.join(where, f"planted-dir-by-{os.getuid()}", "inner"), exist_ok=True)
+            os.makedirs(os.path.join(where, f"planted-dir-by-{{os.getuid()}}", "inner"), exist_ok=True)
             print("PLANTED in", where)
         for path in PATHS + found:
             try:
