@@ -6,9 +6,10 @@
 
 Grades the chNN_*.py files in PATH (default: exercises/; a folder holding an exercises/ folder
 works too; with ``--upload``, a Gradescope upload or a student's zip: files at any depth, an
-exercises/ folder preferred, see autograder.collect) with the graded tests (tests/graded, plus tests/hidden where it exists; ``--tests DIR``,
-repeatable, to choose), prints a table per exercise, every failure's full message, and writes
-Gradescope's results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
+exercises/ folder preferred, see autograder.collect) with the graded tests (tests/graded, plus
+tests/hidden where it exists; ``--tests DIR``, repeatable, to choose), prints a table per
+exercise, every failure's full message, and writes Gradescope's results.json (``score``,
+``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
 
 Integrity. The grader never imports the student's code: it copies the submission into a private
 folder (refusing symbolic links that leave it), and every test talks to a fresh, confined worker
