@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .plugin import REPO
 
@@ -41,6 +41,8 @@ GRADING_PYTHON_FLOOR = "3.11"
 REQUIREMENTS = "requirements-grade.txt"
 EXERCISE_FILE = re.compile(r"ch\d\d_\w+\.py")
 MAX_FILE_BYTES = 5_000_000  # a chNN_*.py larger than this is not a submission
+ARCHIVE_BYTES = 50_000_000  # all the chNN_*.py files one zip may unpack to
+ARCHIVE_MEMBERS = 10_000    # entries one zip may have
 
 SETUP_SH = """\
 #!/usr/bin/env bash
@@ -99,13 +101,11 @@ if ! command -v "$PY" >/dev/null 2>&1; then
 fi
 cd "$SOURCE"
 export PYTHONPATH="$SOURCE${PYTHONPATH:+:$PYTHONPATH}"
-# The student's chNN_*.py files, wherever they sit in the upload, copied to one readable folder.
-WORK=$(mktemp -d)
-chmod 755 "$WORK"
-"$PY" -m llama_course.grade.autograder --collect "$ROOT/submission" "$WORK/submission"
 TESTS=(--tests "$SOURCE/tests/graded")
 if [ -d "$SOURCE/tests/hidden" ]; then TESTS+=(--tests "$SOURCE/tests/hidden"); fi
-"$PY" -m llama_course.grade "$WORK/submission" "${TESTS[@]}" --out "$ROOT/results/results.json"
+# --upload: the student's chNN_*.py files, wherever they sit in the upload (zips too), graded from
+# a private copy; the output names each file graded.
+"$PY" -m llama_course.grade "$ROOT/submission" --upload "${TESTS[@]}" --out "$ROOT/results/results.json"
 """
 
 
@@ -163,27 +163,43 @@ def _skipped(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX" or name == "__pycache__"
 
 
-def _unzip(archive: Path, into: Path) -> None:
-    """Extract only plain chNN_*.py members (no links, no paths outside `into`)."""
+def _unzip(archive: Path, into: Path) -> str:
+    """Extract only plain chNN_*.py members (no links, no absolute paths, no paths outside `into`,
+    at most MAX_FILE_BYTES each and ARCHIVE_BYTES in all); returns "" or why the archive could not
+    be read."""
     try:
         with zipfile.ZipFile(archive) as z:
-            for member in z.infolist():
-                parts = Path(member.filename).parts
-                if member.is_dir() or any(_skipped(p) or p == ".." for p in parts) or not parts:
+            members = z.infolist()
+            if len(members) > ARCHIVE_MEMBERS:
+                return f"it has {len(members)} entries, more than the {ARCHIVE_MEMBERS} a submission may have"
+            total = 0
+            for member in members:
+                parts = PurePosixPath(member.filename.replace("\\", "/")).parts
+                if (member.is_dir() or not parts or parts[0] == "/" or ":" in parts[0]
+                        or any(_skipped(p) or p == ".." for p in parts)):
                     continue
                 if (member.external_attr >> 16) & 0o170000 == 0o120000:  # a symbolic link
                     continue
                 if EXERCISE_FILE.fullmatch(parts[-1]) and member.file_size <= MAX_FILE_BYTES:
+                    total += member.file_size
+                    if total > ARCHIVE_BYTES:
+                        return f"its chNN_*.py files hold more than {ARCHIVE_BYTES} bytes"
                     target = into.joinpath(*parts)
+                    if not target.resolve().is_relative_to(into.resolve()):
+                        continue
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(z.read(member))
-    except zipfile.BadZipFile:
-        pass
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, OSError, EOFError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    return ""
 
 
-def _candidates(folder: Path, scratch: Path, depth: int = 0) -> list[tuple[int, str, Path]]:
-    """(depth, shown path, file) for every chNN_*.py under folder, zips included."""
+def _candidates(folder: Path, scratch: Path, depth: int = 0,
+                unreadable: list[str] | None = None) -> list[tuple[int, str, Path]]:
+    """(depth, shown path, file) for every chNN_*.py under folder, zips included; an archive that
+    cannot be read is added to ``unreadable`` with the reason."""
     found = []
+    unreadable = [] if unreadable is None else unreadable
     for root, dirs, names in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not _skipped(d))
         here = Path(root)
@@ -196,30 +212,54 @@ def _candidates(folder: Path, scratch: Path, depth: int = 0) -> list[tuple[int, 
                 found.append((level, str(path.relative_to(folder)), path))
             elif name.lower().endswith(".zip") and depth < 3:
                 inner = Path(tempfile.mkdtemp(dir=scratch))
-                _unzip(path, inner)
+                why = _unzip(path, inner)
+                if why:
+                    unreadable.append(f"could not read {path.relative_to(folder)}: {why}")
                 found += [(d, f"{path.relative_to(folder)}!{shown}", p)
-                          for d, shown, p in _candidates(inner, scratch, level + 1)]
+                          for d, shown, p in _candidates(inner, scratch, level + 1, unreadable)]
     return found
 
 
+def _preference(candidate: tuple[int, str, Path]) -> tuple:
+    """Which of several files of one name is graded: one in an exercises/ folder, then the
+    shallowest, then the first by path."""
+    depth, shown, path = candidate
+    return (path.parent.name != "exercises", depth, shown)
+
+
 def collect(submission: Path, dest: Path) -> list[str]:
-    """Copy the submission's chNN_*.py files, wherever they are, into dest (flat, readable by
-    anyone); where a name occurs more than once the shallowest copy wins. Returns what it did."""
+    """Copy the submission's chNN_*.py files, wherever they are (a folder, or a zip), into dest
+    (flat, readable by anyone); where a name occurs more than once, the one in an exercises/
+    folder wins, else the shallowest. Returns what it did, one note per file ("graded PATH",
+    "ignored PATH: ... instead, because ...") and one per archive it could not read ("could not
+    read PATH: why")."""
     dest.mkdir(parents=True, exist_ok=True)
     os.chmod(dest, 0o755)
-    notes = []
+    notes, unreadable = [], []
     with tempfile.TemporaryDirectory() as scratch:
+        if submission.is_file():  # an uploaded zip
+            inner = Path(tempfile.mkdtemp(dir=scratch))
+            why = _unzip(submission, inner)
+            unreadable += [f"could not read {submission.name}: {why}"] if why else []
+            found = [(d, f"{submission.name}!{shown}", p)
+                     for d, shown, p in _candidates(inner, Path(scratch), 1, unreadable)]
+        else:
+            found = _candidates(submission, Path(scratch), 0, unreadable)
         chosen: dict[str, tuple[int, str, Path]] = {}
-        for depth, shown, path in sorted(_candidates(submission, Path(scratch))):
+        for candidate in sorted(found, key=_preference):
+            depth, shown, path = candidate
             if path.name in chosen:
-                notes.append(f"ignored {shown}: graded {chosen[path.name][1]} instead")
+                kept = chosen[path.name]
+                why = ("it is in an exercises/ folder" if kept[2].parent.name == "exercises" != path.parent.name
+                       else "it is the shallowest" if kept[0] < depth else "it comes first by path")
+                notes.append(f"ignored {shown}: graded {kept[1]} instead, because {why}")
                 continue
-            chosen[path.name] = (depth, shown, path)
+            chosen[path.name] = candidate
             shutil.copyfile(path, dest / path.name)
             os.chmod(dest / path.name, 0o644)
-            notes.append(f"found {shown}")
+        notes = [f"graded {chosen[name][1]}" for name in sorted(chosen)] + notes + unreadable
     if not chosen:
-        notes.append(f"no chNN_*.py file in the submission ({submission})")
+        notes.append(f"no chNN_*.py file in the submission ({submission.name})")
     return notes
 
 

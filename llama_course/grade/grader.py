@@ -5,16 +5,20 @@
     python -m llama_course.grade --class SUBMISSIONS --out-dir GRADES
 
 Grades the chNN_*.py files in PATH (default: exercises/; a folder holding an exercises/ folder
-works too) with the graded tests (tests/graded, plus tests/hidden where it exists; ``--tests DIR``,
-repeatable, to choose), prints a table per exercise, every failure's full message, and writes
-Gradescope's results.json (``score``, ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
+works too; with ``--upload``, a Gradescope upload or a student's zip: files at any depth, an
+exercises/ folder preferred, see autograder.collect) with the graded tests (tests/graded, plus
+tests/hidden where it exists; ``--tests DIR``, repeatable, to choose), prints a table per
+exercise, every failure's full message, and writes Gradescope's results.json (``score``,
+``tests[]`` with ``name``, ``score``, ``max_score``, ``output``).
 
 Integrity. The grader never imports the student's code: it copies the submission into a private
 folder (refusing symbolic links that leave it), and every test talks to a fresh, confined worker
 process (llama_course.grade.sandbox: as root, an unprivileged user who cannot read the key, write
 the tests, the package or the results, or signal the grader). An old results file is removed
-before any student code runs; the new one is written last, atomically, after every process of
-the student's user is gone, so a grader that is killed or fails leaves no score. An exercise
+before any student code runs; the new one is written atomically after each test (when that
+test's processes are gone: tests not yet run count 0 and the output says grading is unfinished,
+so a grader stopped by a time limit leaves the finished scores) and last after every process of
+the student's user is gone. In class grading a child grader that fails leaves no score. An exercise
 earns nothing when the submission uses the package's own answer to it (plugin.reference_names).
 
 Points. A test's points are its ``graded`` marker's; a test repeated per device shares them
@@ -40,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from . import sandbox
+from . import autograder, sandbox
 from .plugin import REPO, SANDBOX, available_devices, graded_marker
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
@@ -75,10 +79,11 @@ class TestResult:
 class _Collector:
     """pytest plugin that records each graded test's outcome in the grader's process."""
 
-    def __init__(self, status=None):
+    def __init__(self, status=None, progress=None):
         self.results: dict[str, TestResult] = {}
         self.errors: list[str] = []
         self.status = status  # a terminal to show the running test on, or None
+        self.progress = progress  # called with the results after each test (its worker gone), or None
         self._shown_files: set[str] = set()
 
     def pytest_collection_modifyitems(self, items):
@@ -105,6 +110,10 @@ class _Collector:
             self._shown_files.add(location[0])
             self.status.write(f"  running {Path(location[0]).name}\n")
         self.status.flush()
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if self.progress is not None:
+            self.progress(list(self.results.values()))
 
     def pytest_sessionfinish(self):
         if self.status is not None and self.status.isatty():
@@ -155,13 +164,14 @@ def _targets(test_dirs: list[Path], chapters: list[int]) -> list[str]:
 
 
 def run(path: Path, test_dirs: list[Path], chapters: list[int], timeout: float, options: list[str] = (),
-        status=None) -> tuple[list[TestResult], list[str]]:
+        status=None, progress=None) -> tuple[list[TestResult], list[str]]:
     """Run the graded tests against the student folder; return per-test results and grader errors.
-    ``options``: further pytest options (the sandbox's, from ``sandbox_options``)."""
+    ``options``: further pytest options (the sandbox's, from ``sandbox_options``); ``progress``:
+    called with the results so far after each test."""
     targets = _targets(test_dirs, chapters)
     if not targets:
         return [], [f"no graded tests for chapter(s) {chapters} in {', '.join(map(str, test_dirs))}"]
-    collector = _Collector(status)
+    collector = _Collector(status, progress)
     args = [*targets, f"--impl={path}", "--isolate", f"--impl-timeout={timeout}", *options,
             "-p", "llama_course.grade.plugin", "-p", "no:cacheprovider", "--import-mode=importlib",
             "-vv", "--tb=short", f"--rootdir={REPO}", "-o", "addopts="]
@@ -181,6 +191,8 @@ def sandbox_options(confinement: sandbox.Confinement) -> list[str]:
     options = [f"--memory-limit={confinement.memory_limit}"]
     if confinement.uid is not None:
         options += [f"--sandbox-uid={confinement.uid}", f"--sandbox-gid={confinement.gid}"]
+    options += ["--sandbox-offline"] if confinement.offline else []
+    options += [f"--sandbox-cgroup={confinement.cgroup}"] if confinement.cgroup else []
     options += [f"--sandbox-move={old}:{new}" for old, new in confinement.moved]
     return options + [f"--sandbox-hide={path}" for path in confinement.hide]
 
@@ -314,6 +326,18 @@ def results_json(results: list[TestResult], errors: list[str], notes: list[str] 
             "output": "\n".join(summary), "tests": tests}
 
 
+def unfinished(results: list[TestResult]) -> tuple[list[TestResult], str]:
+    """The results of a run still going (or killed): tests not yet run count 0 and say so; and a
+    note saying how many tests finished."""
+    done = [r for r in results if "call" in r.seen or r.failure]
+    rest = [TestResult(r.name, r.exercise, r.max_score, r.kind, r.depends, hidden=r.hidden,
+                       failure="not graded: grading stopped before this test ran (the time limit?)")
+            for r in results if r not in done]
+    note = (f"grading unfinished: {len(done)} of {len(results)} tests finished; their scores are below, the "
+            f"others count 0. If this stays, grading was stopped (the time limit?): tell your instructor.")
+    return done + rest, note
+
+
 def homework_note(results: list[TestResult], test_dirs: list[Path]) -> str:
     if not any(r.kind == "homework" for r in results) or any(d.name == "hidden" for d in test_dirs):
         return ""
@@ -368,6 +392,16 @@ def stage(folder: Path, into: Path) -> Path:
             target.write_text(f"raise ImportError({why!r})\n")
         target.chmod(0o644)
     return into
+
+
+def make_private(folder: Path, gid: int) -> None:
+    """Let only group ``gid`` (the worker's own) read the staged submission, and nobody but root
+    write it: owner root, mode 0750 (folders) and 0640 (files)."""
+    for where, folders, files in os.walk(folder):
+        for name, mode in [(".", 0o750), *((f, 0o750) for f in folders), *((f, 0o640) for f in files)]:
+            path = os.path.join(where, name)
+            os.chown(path, 0, gid, follow_symlinks=False)
+            os.chmod(path, mode)
 
 
 def hidden_paths(test_dirs: list[Path]) -> list[Path]:
@@ -489,6 +523,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--class", dest="class_dir", type=Path, metavar="SUBMISSIONS",
                         help="grade every sub-folder of SUBMISSIONS (one per student); results go to --out-dir")
     parser.add_argument("--out-dir", type=Path, default=Path("grades"), help="with --class: where results go (empty)")
+    parser.add_argument("--upload", action="store_true",
+                        help="PATH is an upload (a folder or a zip, as on Gradescope): grade its chNN_*.py files "
+                             "found at any depth, zips included, preferring those in an exercises/ folder")
+    parser.add_argument("--private", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     return parser
 
 
@@ -515,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
                   "or pass --same-user to accept that it runs as you.", file=sys.stderr)
             return 2
         return grade_class(args.class_dir, args.out_dir, _child_options(args, test_dirs))
-    if not args.path.is_dir():
+    if not (args.path.is_dir() or (args.upload and args.path.is_file())):
         parser.error(f"{args.path} is not a folder")
     out = args.out.resolve()  # fixed, and cleared, before any student code runs
     try:
@@ -531,22 +569,39 @@ def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
             stream.reconfigure(errors="backslashreplace")
     try:
         own = path.resolve().is_relative_to((REPO / "exercises").resolve())  # the caller's own exercises/
-        confinement, warnings = sandbox.confine(hidden_paths(test_dirs), int(args.memory_limit * 2**30),
-                                                args.same_user, own)
+        confinement, warnings = sandbox.confine(hidden_paths(test_dirs) + args.private,
+                                                int(args.memory_limit * 2**30), args.same_user, own)
     except sandbox.ConfinementError as err:  # fail closed: nothing is graded, and everyone is told why
-        message = f"grading refused: {err}"
-        print(message, file=sys.stderr)
-        write_atomically(out, results_json([], [message], []))
-        return 2
+        return refuse(out, f"grading refused: {err}")
+    print(sandbox.describe(confinement), flush=True)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    submission = find_submission(path.resolve())
     with tempfile.TemporaryDirectory(prefix="llama-course-submission-") as staging:
-        folder = stage(submission, Path(staging))
+        submission, files = path.resolve(), []
+        if args.upload:  # as on Gradescope: chNN_*.py files at any depth, zips included
+            folder = Path(staging) / "submission"
+            files = autograder.collect(submission, folder)
+            unreadable = [note for note in files if note.startswith("could not read")]
+            if unreadable and not any(note.startswith("graded ") for note in files):
+                return refuse(out, f"grading error: {unreadable[0]}")
+        else:
+            submission = find_submission(submission)
+            folder = stage(submission, Path(staging))
+            files = [f"graded {p.relative_to(path.resolve())}" for p in sorted(submission.glob("ch[0-9][0-9]_*.py"))]
+        if confinement.uid is not None:  # readable by this run's worker only
+            make_private(Path(staging), confinement.gid)
+        files = [safe_text(note) for note in files]
+        print("\n".join(files), flush=True)
+
+        def progress(partial: list[TestResult]) -> None:
+            partial, note = unfinished(partial)
+            write_atomically(out, results_json(partial, [], [note, *files]))
+
         results, errors = run(folder, test_dirs, args.chapter, args.timeout, sandbox_options(confinement),
-                              status=sys.stderr)
+                              status=sys.stderr, progress=progress)
         if confinement.uid is not None:
             sandbox.end_processes_of(confinement.uid)
+            sandbox.remove_files_of(confinement.uid)
     notes = [n for n in (homework_note(results, test_dirs),) if n]
     print(f"Grading {submission}\n")
     print(table(results) if results else "no graded tests ran")
@@ -557,9 +612,16 @@ def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
         print(f"\n{note}")
     for error in errors:
         print(f"\ngrader error: {error}", file=sys.stderr)
-    write_atomically(out, results_json(results, errors, notes))  # last: every student process is gone
+    write_atomically(out, results_json(results, errors, notes + files))  # last: every student process is gone
     print(f"\nresults written to {out}")
     return 1 if errors else 0
+
+
+def refuse(out: Path, message: str) -> int:
+    """Grade nothing, and say why on the terminal and in results.json."""
+    print(message, file=sys.stderr)
+    write_atomically(out, results_json([], [message], []))
+    return 2
 
 
 def _child_options(args, test_dirs: list[Path]) -> list[str]:
@@ -575,15 +637,29 @@ def grade_class(submissions: Path, out_dir: Path, options: list[str]) -> int:
     """Grade every sub-folder of ``submissions`` (one per student), each in its own grader process;
     write out_dir/<student>.json and out_dir/class.csv (a row of maxima first); print one row per
     student. A run that fails is an error row with its reason, never a score."""
-    students = sorted(p for p in submissions.iterdir() if p.is_dir() and not _junk(p.name))
+    students = sorted(p for p in submissions.iterdir() if not _junk(p.name)
+                      and (p.is_dir() or (p.is_file() and p.suffix.lower() == ".zip")))
     if not students:
-        print(f"no student folders in {submissions}", file=sys.stderr)
+        print(f"no student folders or zips in {submissions}", file=sys.stderr)
         return 2
     if out_dir.exists() and any(out_dir.iterdir()):
         print(f"{out_dir} is not empty: give an empty or new --out-dir (old grades are never reused)", file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [_grade_student(student, out_dir / f"{student.name}.json", options) for student in students]
+    private = [submissions.resolve(), out_dir.resolve()]
+    if os.geteuid() == 0:  # no student's code may read a classmate's submission or grades
+        sandbox.close_to_others([str(folder) for folder in private])
+    options = [*options, *(option for folder in private for option in ("--private", str(folder)))]
+    names = [student_name(p, students) for p in students]
+    rows, said = [], set()
+    for student, name in zip(students, names):
+        row = _grade_student(student, name, out_dir / f"{name}.json", options)
+        for line in row.pop("said"):  # the sandbox line and warnings, once for the class
+            line = re.sub(r"runs as uid \d+", "runs as a uid of its own for each student", line)
+            if re.sub(r"\(/[^)]*\)", "", line) not in said:
+                said.add(re.sub(r"\(/[^)]*\)", "", line))
+                print(line, file=sys.stderr if line.startswith("warning") else sys.stdout, flush=True)
+        rows.append(row)
     exercises = list(dict.fromkeys(e for row in rows for e in row["maxima"]))
     maxima = next((row for row in rows if not row["error"]), None)
     with open(out_dir / "class.csv", "w", newline="") as handle:
@@ -600,10 +676,24 @@ def grade_class(submissions: Path, out_dir: Path, options: list[str]) -> int:
     return 1 if any(row["error"] for row in rows) else 0
 
 
-def _grade_student(student: Path, out: Path, options: list[str]) -> dict:
-    command = [sys.executable, "-m", "llama_course.grade", str(student), "--out", str(out), *options]
-    run = subprocess.run(command, capture_output=True, text=True)
-    row = {"name": student.name, "error": "", "score": 0.0, "max_score": 0.0, "per": {}, "maxima": {}}
+def student_name(path: Path, students: list[Path]) -> str:
+    """A student's folder name, or their zip's name without .zip unless a folder has that name."""
+    if path.is_dir() or any(p.name == path.stem for p in students):
+        return path.name
+    return path.stem
+
+
+def _grade_student(student: Path, name: str, out: Path, options: list[str]) -> dict:
+    command = [sys.executable, "-m", "llama_course.grade", str(student), "--upload", "--out", str(out), *options]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             errors="backslashreplace")
+    stdout, stderr = child.communicate()
+    run = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
+    if os.geteuid() == 0 and "--same-user" not in options:  # whatever a killed child left behind
+        sandbox.end_processes_of(sandbox.UID_BASE + child.pid)
+        sandbox.remove_files_of(sandbox.UID_BASE + child.pid)
+    said = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith(("sandbox:", "warning:"))]
+    row = {"name": name, "error": "", "score": 0.0, "max_score": 0.0, "per": {}, "maxima": {}, "said": said}
     if run.returncode != 0 or not out.is_file():
         reason = [line for line in (run.stderr or "").splitlines() if line.strip()]
         row["error"] = f"grading failed (exit code {run.returncode}): {reason[-1] if reason else 'no message'}"

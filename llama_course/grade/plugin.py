@@ -88,6 +88,8 @@ def pytest_addoption(parser):
     group.addoption("--sandbox-move", action="append", default=[],
                     help="with --isolate: FOLDER:COPY, workers import from COPY instead of FOLDER")
     group.addoption("--memory-limit", type=int, default=None, help="with --isolate: bytes of memory per worker")
+    group.addoption("--sandbox-offline", action="store_true", help="with --isolate: workers get no network")
+    group.addoption("--sandbox-cgroup", default="", help="with --isolate: a pids cgroup workers join")
 
 
 def pytest_configure(config):
@@ -199,7 +201,8 @@ def _sandboxed(request, path: Path):
     memory = config.getoption("--memory-limit")
     confinement = Confinement(config.getoption("--sandbox-uid"), config.getoption("--sandbox-gid"),
                               tuple(config.getoption("--sandbox-hide")), MEMORY_LIMIT if memory is None else memory,
-                              tuple(tuple(move.rsplit(":", 1)) for move in config.getoption("--sandbox-move")))
+                              tuple(tuple(move.rsplit(":", 1)) for move in config.getoption("--sandbox-move")),
+                              config.getoption("--sandbox-offline"), config.getoption("--sandbox-cgroup"))
     sandbox = Sandbox(path, timeout=config.getoption("--impl-timeout"), confinement=confinement, watch=watch,
                       hung=given_up.setdefault((str(path), label), set()))
     request.addfinalizer(sandbox.close)

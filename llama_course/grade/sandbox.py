@@ -19,8 +19,11 @@ Confinement (``Confinement``, chosen once by the grader with ``confine()``). Whe
 as root on Linux, each worker, before it imports the student's file:
     - leaves the grader's session (``setsid``) and gets its own mount namespace in which the key
       (``solutions/``), the hidden tests and the repository's git objects are empty, unreadable
-      folders;
-    - limits its memory (RLIMIT_DATA, ``--memory-limit``), file sizes and process count;
+      folders, and its own network namespace (no network), where the kernel allows them;
+    - limits its memory (RLIMIT_DATA, ``--memory-limit``), file sizes and process count
+      (RLIMIT_NPROC, and a cgroup's ``pids.max`` where the grader may make one), and offers itself
+      first to the kernel's out-of-memory killer (``oom_score_adj`` 1000), so that a fork bomb or
+      a memory hog in a small container kills student processes, never the grader;
     - drops to the unprivileged user ``llama-course-student`` (created on first use), who cannot
       write the results file or its folder, the tests, the package or the grader's tree, and
       cannot signal the grader.
@@ -75,7 +78,8 @@ OUTPUT_LIMIT = 16_384      # bytes of the student's stdout/stderr kept per test
 FILE_SIZE_LIMIT = 1 << 30  # no file the worker writes (its captured output included) may exceed 1 GiB
 MEMORY_LIMIT = 8 << 30     # default data-segment limit of a worker (--memory-limit)
 STARTUP_SECONDS = 300      # for a worker to start, before the student's file is imported
-PROCESS_LIMIT = 1024       # processes and threads the sandbox user may run at once
+PROCESS_LIMIT = 256        # processes and threads the sandbox user may run at once (RLIMIT_NPROC, pids.max)
+LEFTOVER_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may leave files; cleared of the worker's
 SANDBOX_USER = "llama-course-student"  # used where per-run user ids are not available
 UID_BASE = 1_500_000_000  # + the grader's pid: each grader run's own unprivileged user id
 _COURSE = Path(__file__).resolve().parents[2]  # the folder that holds llama_course/
@@ -109,6 +113,8 @@ class Confinement:
     hide: tuple[str, ...] = ()
     memory_limit: int = MEMORY_LIMIT
     moved: tuple[tuple[str, str], ...] = ()  # (folder, readable copy): where the worker imports from instead
+    offline: bool = False  # the worker gets its own, empty network namespace
+    cgroup: str = ""       # a pids cgroup (pids.max = PROCESS_LIMIT) the worker joins, or ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,9 +157,10 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT, same_user: bool 
             f"the key and rewrite the results. Let other users enter the folder (chmod o+x {closed}) or put the "
             f"course in one they can enter; to check only your own work, pass --same-user.")
     uid = UID_BASE + os.getpid()
-    namespaces, switch = _probe(uid)
+    namespaces, switch, offline = _probe(uid)
     uid, gid = (uid, uid) if switch else ensure_user(SANDBOX_USER)
     end_processes_of(uid)  # leftovers of an earlier, killed run with the same id
+    remove_files_of(uid)
     warnings = [f"closed {path} to other users (chmod o-rwx): student code must not read it"
                 for path in close_to_others(hide)]
     readable = readable_by(uid, gid, hide)
@@ -168,7 +175,50 @@ def confine(hide: list[Path], memory_limit: int = MEMORY_LIMIT, same_user: bool 
         warnings.append("this machine does not allow mount namespaces: the key and the hidden tests are hidden "
                         "from student code by their file modes only")
         hide = []
-    return Confinement(uid, gid, tuple(hide), memory_limit, moved), warnings
+    if not offline:
+        warnings.append("this machine does not allow network namespaces (unshare -n): student code can reach "
+                        "whatever network the grading machine reaches")
+    cgroup = pids_cgroup(uid)
+    return Confinement(uid, gid, tuple(hide), memory_limit, moved, offline, cgroup), warnings
+
+
+def describe(confinement: Confinement) -> str:
+    """One line that says how student code is confined (printed by the grader: the line to look for
+    on a grading machine to check that the sandbox engaged)."""
+    if confinement.uid is None:
+        return "sandbox: off: student code runs as the grader's own user"
+    return (f"sandbox: on: student code runs as uid {confinement.uid} (not root); key and hidden tests closed by "
+            f"file modes{', and hidden by a mount namespace' if confinement.hide else ''}; network: "
+            f"{'none (own namespace)' if confinement.offline else 'reachable (no network namespace here)'}; "
+            f"processes: at most {PROCESS_LIMIT} (RLIMIT_NPROC{', cgroup pids.max' if confinement.cgroup else ''})")
+
+
+def pids_cgroup(uid: int) -> str:
+    """A cgroup beside the grader's own whose pids.max is PROCESS_LIMIT, for ``uid``'s workers (removed at
+    exit), or "" where the grader may not make one (a container's read-only /sys/fs/cgroup)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        entries = {fields[1]: fields[2] for fields in (line.split(":", 2) for line in lines)}
+        v1, v2 = entries.get("pids"), entries.get("")
+        mount = Path("/sys/fs/cgroup/pids") if v1 is not None else Path("/sys/fs/cgroup")
+        own = mount / (v1 if v1 is not None else v2 or "/").lstrip("/")
+        if v1 is None and "pids" not in (own / "cgroup.controllers").read_text().split():
+            return ""
+        if v1 is None:
+            (own / "cgroup.subtree_control").write_text("+pids")
+        group = own / f"llama-course-{uid}"
+        group.mkdir(exist_ok=True)
+        (group / "pids.max").write_text(str(PROCESS_LIMIT))
+    except (OSError, ValueError, IndexError):
+        return ""
+    atexit.register(_remove_cgroup, str(group), uid)
+    return str(group)
+
+
+def _remove_cgroup(group: str, uid: int) -> None:
+    with contextlib.suppress(OSError, RuntimeError):
+        end_processes_of(uid)
+        os.rmdir(group)
 
 
 def close_to_others(paths: list[str]) -> list[str]:
@@ -306,18 +356,25 @@ def ensure_user(name: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _probe(uid: int) -> tuple[bool, bool]:
-    """(mount namespaces work, a process can switch to ``uid``), tried in throwaway processes."""
-    unshare = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x20000) != 0)"
+def _probe(uid: int) -> tuple[bool, bool, bool]:
+    """(mount namespaces work, a process can switch to ``uid``, network namespaces work), tried in
+    throwaway processes."""
+    unshare = "import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).unshare({}) != 0)"
     switch = f"import os; os.setgroups([]); os.setgid({uid}); os.setuid({uid})"
     return tuple(subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
-                 for code in (unshare, switch))
+                 for code in (unshare.format(CLONE_NEWNS), switch, unshare.format(CLONE_NEWNET)))
+
+
+CLONE_NEWNS, CLONE_NEWNET = 0x20000, 0x40000000
 
 
 def end_processes_of(uid: int, rounds: int = 100) -> None:
-    """Kill every process of ``uid`` (never 0), repeating until none is left (forks included)."""
+    """Kill every process of ``uid`` (never 0): at once, by a process of that uid calling kill(-1)
+    (which no fork can outrun), then by pid until none is left."""
     if not uid:
         raise ValueError("refusing to kill the processes of root")
+    if _live_pids_of(uid):
+        _kill_all_as(uid)
     for _ in range(rounds):
         pids = _live_pids_of(uid)
         if not pids:
@@ -327,6 +384,39 @@ def end_processes_of(uid: int, rounds: int = 100) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
     raise RuntimeError(f"could not end the processes of uid {uid}: {_live_pids_of(uid)}")
+
+
+def _kill_all_as(uid: int) -> None:
+    """Fork; the child becomes ``uid`` and sends SIGKILL to every process it may signal (all of
+    ``uid``'s, itself aside), then exits."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def remove_files_of(uid: int, folders: tuple[str, ...] = LEFTOVER_FOLDERS) -> list[str]:
+    """Remove everything ``uid`` owns in the folders where any user may write (and in the
+    world-writable folders inside them), never following links; returns what was removed."""
+    if not uid:
+        raise ValueError("refusing to remove the files of root")
+    removed, todo = [], [f for f in folders if os.path.isdir(f) and not os.path.islink(f)]
+    while todo:
+        with contextlib.suppress(OSError), os.scandir(todo.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    if info.st_uid == uid:
+                        shutil.rmtree(entry.path) if stat.S_ISDIR(info.st_mode) else os.unlink(entry.path)
+                        removed.append(entry.path)
+                    elif stat.S_ISDIR(info.st_mode) and info.st_mode & 0o002:
+                        todo.append(entry.path)
+    return removed
 
 
 def _live_pids_of(uid: int) -> list[int]:
@@ -620,6 +710,12 @@ def _confine(workdir: str, confinement: Confinement, keep: int) -> None:
         os.setsid()
     if confinement.uid is not None:
         _close_inherited_pipes(keep)
+        with contextlib.suppress(OSError):  # the out-of-memory killer takes student processes first
+            Path("/proc/self/oom_score_adj").write_text("1000")
+    if confinement.cgroup:
+        Path(confinement.cgroup, "cgroup.procs").write_text(str(os.getpid()))
+    if confinement.offline:
+        _unshare(CLONE_NEWNET, "unshare(CLONE_NEWNET)")
     if confinement.hide:
         _hide(confinement.hide)
     _limit("RLIMIT_FSIZE", FILE_SIZE_LIMIT)
@@ -660,6 +756,11 @@ def _limit(name: str, value: int) -> None:
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
+def _unshare(flag: int, what: str) -> None:
+    if ctypes.CDLL(None, use_errno=True).unshare(flag) != 0:
+        raise OSError(ctypes.get_errno(), f"sandbox: {what} failed")
+
+
 def _hide(paths: tuple[str, ...]) -> None:
     """In a new mount namespace, cover each path with an empty, unreadable tmpfs (a folder) or
     /dev/null (a file). Raises if the kernel refuses: the worker must not run uncovered."""
@@ -670,7 +771,7 @@ def _hide(paths: tuple[str, ...]) -> None:
         if result != 0:
             raise OSError(ctypes.get_errno(), f"sandbox: {what} failed")
 
-    check(libc.unshare(0x20000), "unshare(CLONE_NEWNS)")
+    check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(None, b"/", None, ms_rec | ms_private, None), "making mounts private")
     for path in paths:
         target = path.encode()
