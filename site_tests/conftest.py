@@ -10,8 +10,12 @@ This folder is deliberately outside tests/ so the unit suite never collects it.
 """
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import shutil
+import threading
+from pathlib import Path
 
 import pytest
 from sitepages import REPO, html_dir, site_pages
@@ -47,3 +51,68 @@ def pytest_generate_tests(metafunc):
     if "book_page_id" in metafunc.fixturenames:
         metafunc.parametrize("book_page_id", _page_params(
             ("http", page) for page in pages if page.startswith("book/")))
+
+
+# ------------------------------------------------------- session fixtures, one set per process
+# Here, not in a test module, so that every module of site_tests shares one browser, one HTTP
+# server and one Site per process (Playwright's sync API cannot be started twice in a thread).
+@pytest.fixture(scope="session")
+def html_root(pytestconfig) -> Path:
+    return html_dir(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(pytestconfig, html_root) -> Path:
+    opt = pytestconfig.getoption("--screenshot-dir")
+    path = Path(opt).resolve() if opt else html_root.parent / "screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="session")
+def http_base(html_root):
+    """http://127.0.0.1:<free port>/ serving the built site, for the whole session."""
+    handler = functools.partial(_QuietHandler, directory=str(html_root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser(pytestconfig):
+    exe = pytestconfig.getoption("--browser")
+    resolved = shutil.which(exe) if exe else None
+    if not resolved:
+        pytest.skip(f"Chromium not found at {exe!r} (set --browser or $CHROMIUM; install it with "
+                    "apt-get install -y --no-install-recommends chromium): skipping the browser "
+                    "checks of the site")
+    from playwright.sync_api import sync_playwright  # pinned in requirements.lock
+
+    pw = sync_playwright().start()
+    try:
+        # executable_path: drive the system Chromium; never `playwright install` (a download).
+        from test_site import CHROMIUM_ARGS
+
+        b = pw.chromium.launch(executable_path=resolved, headless=True, args=CHROMIUM_ARGS)
+    except Exception:
+        pw.stop()
+        raise
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="session")
+def site(browser, html_root, http_base, screenshot_dir):
+    from test_site import Site
+
+    return Site(browser, html_root, http_base, screenshot_dir)

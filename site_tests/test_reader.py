@@ -6,7 +6,7 @@ chapter reachable from the intro's table and filed under its own part in the sid
 "On this page" drawer that closes once an entry is tapped.
 
 Run with ``make test-site`` (with the rest of site_tests) or ``pytest site_tests/test_reader.py``.
-The browser, the HTTP server and the built site are the fixtures of test_site.py.
+The browser, the HTTP server and the built site are the session fixtures of conftest.py.
 """
 from __future__ import annotations
 
@@ -14,15 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-import test_site
 from test_site import TIMEOUT_MS, book_pages, toc_files
-
-# The session fixtures of test_site.py (one browser, one HTTP server, the built site), shared.
-browser = test_site.browser
-html_root = test_site.html_root
-http_base = test_site.http_base
-screenshot_dir = test_site.screenshot_dir
-site = test_site.site
 
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 CHAPTER = "book/ch05_rope.html"   # has a previous and a next page, equations and a contents list

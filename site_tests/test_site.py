@@ -24,10 +24,7 @@ page; each page is visited once per transport and the checks below read that vis
 from __future__ import annotations
 
 import functools
-import http.server
 import re
-import shutil
-import threading
 import time
 import urllib.parse
 import warnings
@@ -37,7 +34,6 @@ from pathlib import Path
 import pytest
 import yaml
 from sitepages import REPO, site_pages
-from sitepages import html_dir as _html_dir
 
 # Chromium as root, with nothing that phones home (component updates, sync, safe browsing
 # lists, QUIC probes...). Playwright's launch() adds a fresh, temporary --user-data-dir itself
@@ -66,60 +62,6 @@ SEARCH_CASES = [
     ("experts", "book/ch10_moe"),
 ]
 SEARCH_TOP_N = 3   # the teaching chapter must be among the first results, not just somewhere
-
-
-# --------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="session")
-def html_root(pytestconfig) -> Path:
-    return _html_dir(pytestconfig)
-
-
-@pytest.fixture(scope="session")
-def screenshot_dir(pytestconfig, html_root) -> Path:
-    opt = pytestconfig.getoption("--screenshot-dir")
-    path = Path(opt).resolve() if opt else html_root.parent / "screenshots"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep pytest's output clean
-        pass
-
-
-@pytest.fixture(scope="session")
-def http_base(html_root):
-    """http://127.0.0.1:<free port>/ serving the built site, for the whole session."""
-    handler = functools.partial(_QuietHandler, directory=str(html_root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser(pytestconfig):
-    exe = pytestconfig.getoption("--browser")
-    resolved = shutil.which(exe) if exe else None
-    if not resolved:
-        pytest.skip(f"Chromium not found at {exe!r} (set --browser or $CHROMIUM; install it with "
-                    "apt-get install -y --no-install-recommends chromium): skipping the browser "
-                    "checks of the site")
-    from playwright.sync_api import sync_playwright  # pinned in requirements.lock
-
-    pw = sync_playwright().start()
-    try:
-        # executable_path: drive the system Chromium; never `playwright install` (a download).
-        b = pw.chromium.launch(executable_path=resolved, headless=True, args=CHROMIUM_ARGS)
-    except Exception:
-        pw.stop()
-        raise
-    yield b
-    b.close()
-    pw.stop()
 
 
 # ------------------------------------------------------------------------------ one visit
@@ -332,11 +274,6 @@ def unexplained_errors(v: Visit, site: Site) -> list[str]:
 
 
 # --------------------------------------------------------------------------------- checks
-@pytest.fixture(scope="session")
-def site(browser, html_root, http_base, screenshot_dir) -> Site:
-    return Site(browser, html_root, http_base, screenshot_dir)
-
-
 @pytest.fixture
 def visit(site, page_id) -> Visit:
     transport, rel = page_id
