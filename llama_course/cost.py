@@ -1,6 +1,8 @@
 """What inference costs (Chapter 8): FLOPs, bytes, the KV cache, and the roofline.
 
     KV cache per token      = 2 (K, V) * n_layers * n_kv_heads * head_dim * bytes_per_value
+                              (MLA: (kv_lora_rank + qk_rope_head_dim) per layer; a sliding layer
+                              stops growing at its window)
     FLOPs per token         ~ 2 * (parameters used per token, without the embedding lookup)
                               + 4 * n_layers * context * n_heads * head_dim     (q.k and weights.v)
     bytes per decode step   ~ every weight once + the KV cache of every row
@@ -17,24 +19,38 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import check_positive_int, check_positive_number
-from .config import LlamaConfig, count_parameters
+from .checks import check_positive_int, check_positive_number, check_type
+from .config import LlamaConfig, count_parameters, is_sliding_layer
 from .device import synchronize
 
 
-def _check_positive(**values) -> None:
+def _check_config(config: LlamaConfig, **values) -> None:
+    """TypeError unless ``config`` is a LlamaConfig; ValueError unless every other value is a number > 0."""
+    check_type("config", config, LlamaConfig)
     for name, value in values.items():
         check_positive_number(name, value)
 
 
 def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
-    """Bytes of the KV cache for ``seq_len`` tokens of ``batch_size`` sequences.
+    """Bytes of the KV cache after ``seq_len`` tokens of ``batch_size`` sequences.
 
+    Each position leaves a key and a value per KV head in every layer: 2 * H_kv * d_head numbers.
     Llama-2 7B in fp16: 2 * 32 * 32 * 128 * 2 = 524,288 bytes (512 KiB) per token; 2 GiB at 4096.
+    Two Chapter 12 caches store less, chosen by one visible ``if`` each: MLA keeps one latent and
+    one shared RoPE key per position (DeepSeek-V3: (512 + 64) * 61 * 2 = 70,272 bytes per token),
+    and a sliding-window layer keeps at most its window (Mistral 7B v0.1 stops growing at 4096).
     """
-    _check_positive(seq_len=seq_len, batch_size=batch_size, bytes_per_value=bytes_per_value)
-    per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim * bytes_per_value
-    return int(per_token * seq_len * batch_size)
+    _check_config(config, seq_len=seq_len, batch_size=batch_size, bytes_per_value=bytes_per_value)
+    per_position = 2 * config.n_kv_heads * config.head_dim              # a key and a value per KV head
+    if config.kv_lora_rank is not None:                                 # MLA (Chapter 12): latent + RoPE key
+        per_position = config.kv_lora_rank + config.qk_rope_head_dim
+    positions = 0
+    for layer in range(config.n_layers):
+        if is_sliding_layer(config, layer):                             # sliding window (Chapter 12)
+            positions += min(seq_len, config.sliding_window)
+        else:
+            positions += seq_len
+    return int(per_position * positions * batch_size * bytes_per_value)
 
 
 def matmul_params(config: LlamaConfig) -> int:
@@ -49,14 +65,14 @@ def matmul_params(config: LlamaConfig) -> int:
 def flops_per_token(config: LlamaConfig, context: int) -> int:
     """FLOPs to process one token that attends to ``context`` positions (itself included):
     2 per weight for the matrix products, plus q.k and weights.v over the context."""
-    _check_positive(context=context)
+    _check_config(config, context=context)
     attention = 2 * 2 * config.n_layers * context * config.n_heads * config.head_dim
     return 2 * matmul_params(config) + attention
 
 
 def prefill_flops(config: LlamaConfig, prompt_len: int, batch_size: int = 1) -> int:
     """FLOPs to prefill a prompt: token t attends to t + 1 positions."""
-    _check_positive(prompt_len=prompt_len, batch_size=batch_size)
+    _check_config(config, prompt_len=prompt_len, batch_size=batch_size)
     weights = 2 * matmul_params(config) * prompt_len
     attention = 2 * 2 * config.n_layers * config.n_heads * config.head_dim * prompt_len * (prompt_len + 1) // 2
     return batch_size * (weights + attention)

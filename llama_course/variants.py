@@ -18,7 +18,6 @@ import re
 import torch
 from torch import nn
 
-from .checks import check_positive_int, check_positive_number, check_type
 from .config import LlamaConfig, is_sliding_layer
 from .ffn import SwiGLU
 from .kv_cache import KVCache
@@ -63,23 +62,6 @@ def cache_class(config: LlamaConfig) -> type[KVCache]:
         from .sliding_window import SlidingWindowKVCache
         return SlidingWindowKVCache
     return KVCache
-
-
-def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
-    """Bytes of the cache after ``seq_len`` tokens of ``batch_size`` sequences, every layer type counted.
-
-    Llama-2 7B fp16: 524,288 B per token; DeepSeek-V3: (512 + 64) * 61 * 2 = 70,272 B per token;
-    Mistral 7B stops growing at its 4096-token window."""
-    check_type("config", config, LlamaConfig)
-    check_positive_int("seq_len", seq_len), check_positive_int("batch_size", batch_size)
-    check_positive_number("bytes_per_value", bytes_per_value)
-    if config.kv_lora_rank is not None:
-        numbers = config.n_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * seq_len
-    else:
-        per_position = 2 * config.n_kv_heads * config.head_dim
-        numbers = sum(per_position * (min(seq_len, config.sliding_window) if is_sliding_layer(config, i) else seq_len)
-                      for i in range(config.n_layers))
-    return int(numbers * batch_size * bytes_per_value)
 
 
 def hf_config_fields(hf: dict) -> dict:

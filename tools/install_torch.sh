@@ -50,7 +50,11 @@ if [ -n "$current" ]; then
   "$PY" -m pip uninstall --yes --quiet torch
 fi
 echo "install_torch: torch==$TORCH_VERSION ($VARIANT build) from $INDEX"
-"$PY" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" --index-url "$INDEX"
+# Only torch itself is asked of $INDEX; its dependencies (filelock, sympy, ...) come from the
+# default index in a second call, so an index that is slow or unreachable is tried once, not once
+# per dependency.
+"$PY" -m pip install --quiet --disable-pip-version-check --no-deps "torch==$TORCH_VERSION" --index-url "$INDEX"
+"$PY" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 
 current=$(installed)
 if [ "$current" != "$TORCH_VERSION $VARIANT" ]; then

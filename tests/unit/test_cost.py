@@ -34,10 +34,33 @@ def test_cost_numbers():
     assert measured.tflops > 0 and measured.bandwidth_gbs > 0
 
 
+def test_kv_cache_bytes_match_the_published_per_token_caches():
+    """One function counts every cache kind; the oracles are the papers' own formulas and figures."""
+    # Llama-2 7B: a key and a value of 32 heads x 128 in each of 32 layers, fp16: 512 KiB per token.
+    assert kv_cache_bytes(PRESETS["llama2-7b"]) == 2 * 32 * 32 * 128 * 2 == 524_288
+    # Mistral 7B v0.1 (Jiang et al. 2023, section 2): 8 KV heads, so 128 KiB per token; with W = 4096 the
+    # rolling cache "reduces the cache memory usage by 8x" for a 32k-token sequence.
+    mistral = PRESETS["mistral-7b"]
+    assert kv_cache_bytes(mistral) == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert kv_cache_bytes(mistral.replace(sliding_window=None), 32_768) == 8 * kv_cache_bytes(mistral, 32_768)
+    # DeepSeek-V3: MLA caches (d_c + d_h^R) * l numbers per token (DeepSeek-V2, Table 1) with d_c = 512,
+    # d_h^R = 64, l = 61 (DeepSeek-V3 report, section 4.2): 70,272 bytes in BF16, not 2 * 128 heads' keys.
+    assert kv_cache_bytes(PRESETS["deepseek-v3"]) == (512 + 64) * 61 * 2 == 70_272
+
+
+def test_decode_bytes_read_the_cache_each_model_really_keeps():
+    mistral, v3 = PRESETS["mistral-7b"], PRESETS["deepseek-v3"]
+    assert decode_bytes(mistral, 32_768) == decode_bytes(mistral, 4096)          # the window caps the cache
+    assert decode_bytes(mistral, 4096) - decode_bytes(mistral, 4095) == 131_072
+    assert decode_bytes(v3, 1000) - decode_bytes(v3, 999) == 70_272              # one more latent per layer
+
+
 def test_bad_input():
     llama2 = PRESETS["llama2-7b"]
     with pytest.raises(ValueError, match="seq_len must be a finite number > 0"):
         kv_cache_bytes(llama2, 0)
+    with pytest.raises(TypeError, match="config"):
+        kv_cache_bytes({"n_layers": 32}, 1)
     with pytest.raises(TypeError, match="context must be a number"):
         flops_per_token(llama2, "1")
     with pytest.raises(ValueError, match="repeats"):

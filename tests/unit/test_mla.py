@@ -6,9 +6,9 @@ import torch
 
 from llama_course import KVCache, LlamaConfig
 from llama_course.attention import causal_mask
+from llama_course.cost import kv_cache_bytes
 from llama_course.mla import LatentKVCache, MultiHeadLatentAttention
 from llama_course.rope import RotaryEmbedding
-from llama_course.variants import kv_cache_bytes
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,10 +6,10 @@ import torch
 
 from llama_course import KVCache, LlamaConfig, generate
 from llama_course.attention import causal_mask
+from llama_course.cost import kv_cache_bytes
 from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
 from llama_course.sliding_window import SlidingWindowKVCache, banded_mask, sliding_window_mask
-from llama_course.variants import kv_cache_bytes
 
 transformers = pytest.importorskip("transformers")
 
