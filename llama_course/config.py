@@ -248,8 +248,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
     """
     check_type("config", config, LlamaConfig)
     if config.kv_lora_rank is not None or config.moe_d_ff is not None or config.n_shared_experts:
-        from .deepseek_moe import count_parameters_deepseek  # Chapter 12: layers differ
-        return count_parameters_deepseek(config)
+        return count_parameters_deepseek(config)        # Chapter 12: blocks differ (below)
     d, hd = config.d_model, config.head_dim
     expert = 3 * d * config.d_ff
     counts = {
@@ -267,6 +266,53 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
     inactive = config.n_layers * (config.n_experts - config.n_experts_per_token) * expert
     counts["active"] = counts["total"] - inactive
     return counts
+
+
+def count_parameters_deepseek(config: LlamaConfig) -> dict[str, int]:
+    """count_parameters for models whose blocks differ (MLA, shared experts, dense first layers,
+    expert width moe_d_ff); the keys of config.count_parameters, per-block ones for an MoE block.
+
+        attention   = mla_parameters  (or the LLaMA/GQA formula)
+        norms       = 2 d (+ r_q + r with MLA, + 2 head_dim with qk_norm)
+        ffn (MoE)   = (E + n_shared) * 3 d moe_d_ff,  router = d E
+        dense FFN   = 3 d d_ff  in the first first_k_dense_replace blocks
+        active      = total - (MoE blocks) * (E - k) * 3 d moe_d_ff
+    """
+    c, d = config, config.d_model
+    if c.kv_lora_rank is not None:
+        attention = mla_parameters(c)
+        norms = 2 * d + (c.q_lora_rank or 0) + c.kv_lora_rank
+    else:
+        attention = d * c.n_heads * c.head_dim * 2 + 2 * d * c.n_kv_heads * c.head_dim
+        norms = 2 * d + (2 * c.head_dim if c.qk_norm else 0)
+    expert = 3 * d * (c.moe_d_ff or c.d_ff)
+    sparse = c.n_experts > 1
+    n_moe = c.n_layers - min(c.first_k_dense_replace, c.n_layers) if sparse else 0
+    counts = {"embedding": c.vocab_size * d, "attention": attention,
+              "ffn": (c.n_experts + c.n_shared_experts) * expert if sparse else 3 * d * c.d_ff,
+              "router": d * c.n_experts if sparse else 0, "norms": norms}
+    counts["per_block"] = attention + counts["ffn"] + counts["router"] + norms
+    counts["dense_ffn"] = 3 * d * c.d_ff
+    counts["blocks"] = n_moe * counts["per_block"] + (c.n_layers - n_moe) * (attention + norms + counts["dense_ffn"])
+    counts["final_norm"] = d
+    counts["lm_head"] = 0 if c.tie_embeddings else c.vocab_size * d
+    counts["total"] = counts["embedding"] + counts["blocks"] + counts["final_norm"] + counts["lm_head"]
+    counts["active"] = counts["total"] - n_moe * (c.n_experts - c.n_experts_per_token) * expert
+    return counts
+
+
+def mla_parameters(config: LlamaConfig) -> int:
+    """Weights of one MLA layer (no biases):
+
+        q     = d r_q + r_q H (d_n + d_r)    (or d H (d_n + d_r) without q_lora_rank)
+        kv    = d (r + d_r) + r H (d_n + d_v)
+        out   = H d_v d
+    plus RMSNorm weights r_q + r (counted with the norms)."""
+    c, d, h = config, config.d_model, config.n_heads
+    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+    q = d * h * qk if c.q_lora_rank is None else d * c.q_lora_rank + c.q_lora_rank * h * qk
+    kv = d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim)
+    return q + kv + h * c.v_head_dim * d
 
 
 # Chapter 12. Mistral 7B v0.1: Jiang et al. 2023 and its config.json (window 4096 on every layer).

@@ -108,37 +108,3 @@ class DeepSeekMoE(nn.Module):
             out = out + self.shared_experts(x)                                 # every token, no weight
         return out.reshape(shape)
 
-
-def count_parameters_deepseek(config: LlamaConfig) -> dict[str, int]:
-    """count_parameters for models whose blocks differ (MLA, shared experts, dense first layers,
-    expert width moe_d_ff); the keys of config.count_parameters, per-block ones for an MoE block.
-
-        attention   = mla_parameters  (or the LLaMA/GQA formula)
-        norms       = 2 d (+ r_q + r with MLA, + 2 head_dim with qk_norm)
-        ffn (MoE)   = (E + n_shared) * 3 d moe_d_ff,  router = d E
-        dense FFN   = 3 d d_ff  in the first first_k_dense_replace blocks
-        active      = total - (MoE blocks) * (E - k) * 3 d moe_d_ff
-    """
-    from .mla import mla_parameters
-
-    c, d = config, config.d_model
-    if c.kv_lora_rank is not None:
-        attention = mla_parameters(c)
-        norms = 2 * d + (c.q_lora_rank or 0) + c.kv_lora_rank
-    else:
-        attention = d * c.n_heads * c.head_dim * 2 + 2 * d * c.n_kv_heads * c.head_dim
-        norms = 2 * d + (2 * c.head_dim if c.qk_norm else 0)
-    expert = 3 * d * (c.moe_d_ff or c.d_ff)
-    sparse = c.n_experts > 1
-    n_moe = c.n_layers - min(c.first_k_dense_replace, c.n_layers) if sparse else 0
-    counts = {"embedding": c.vocab_size * d, "attention": attention,
-              "ffn": (c.n_experts + c.n_shared_experts) * expert if sparse else 3 * d * c.d_ff,
-              "router": d * c.n_experts if sparse else 0, "norms": norms}
-    counts["per_block"] = attention + counts["ffn"] + counts["router"] + norms
-    counts["dense_ffn"] = 3 * d * c.d_ff
-    counts["blocks"] = n_moe * counts["per_block"] + (c.n_layers - n_moe) * (attention + norms + counts["dense_ffn"])
-    counts["final_norm"] = d
-    counts["lm_head"] = 0 if c.tie_embeddings else c.vocab_size * d
-    counts["total"] = counts["embedding"] + counts["blocks"] + counts["final_norm"] + counts["lm_head"]
-    counts["active"] = counts["total"] - n_moe * (c.n_experts - c.n_experts_per_token) * expert
-    return counts

@@ -167,16 +167,3 @@ class LatentKVCache(KVCache):
         self._pending = new
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
-
-def mla_parameters(config: LlamaConfig) -> int:
-    """Weights of one MLA layer (no biases):
-
-        q     = d r_q + r_q H (d_n + d_r)    (or d H (d_n + d_r) without q_lora_rank)
-        kv    = d (r + d_r) + r H (d_n + d_v)
-        out   = H d_v d
-    plus RMSNorm weights r_q + r (counted with the norms)."""
-    c, d, h = config, config.d_model, config.n_heads
-    qk = c.qk_nope_head_dim + c.qk_rope_head_dim
-    q = d * h * qk if c.q_lora_rank is None else d * c.q_lora_rank + c.q_lora_rank * h * qk
-    kv = d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim)
-    return q + kv + h * c.v_head_dim * d
