@@ -47,8 +47,8 @@ from pathlib import Path
 import pytest
 
 from . import autograder, sandbox
-from .points import Split, fmt, problems_for, split
 from .plugin import REPO, SANDBOX, graded_marker, graded_points
+from .points import Split, fmt, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
@@ -493,8 +493,8 @@ def list_exercises(test_dirs: list[Path]) -> int:
         section, kind = sections.get(ident, ""), "homework" if ident.startswith("Homework") else "practice"
         print(f"{ident:<14} {name:<30} {kind:<9} {section:<50} {_num(splits[label].total):>6} "
               f"{_num(splits[label].public):>6}")
-    totals = [sum((s.total for s in splits.values()), Fraction(0)), sum((s.public for s in splits.values()), Fraction(0))]
-    print(f"{'Total':<105} {_num(totals[0]):>6} {_num(totals[1]):>6}")
+    total, public = (sum((getattr(s, part) for s in splits.values()), Fraction(0)) for part in ("total", "public"))
+    print(f"{'Total':<105} {_num(total):>6} {_num(public):>6}")
     print("\nPoints: each exercise's points in all. Public: the part its public checks (tests/graded) carry; "
           "the rest come from hidden tests" + ("." if hidden_here else ", which only your instructor runs: "
                                                 "grading here can check the Public points only."))
