@@ -263,6 +263,11 @@ def _num(x: float) -> str:
     return fmt(x)
 
 
+def _total(points) -> float:
+    """A sum of test shares, rid of float noise (shares of 1/3 add up to 0.9999999999999999)."""
+    return round(sum(points), 9)
+
+
 def safe_text(text: str) -> str:
     """Text that any terminal and any JSON reader takes: lone surrogates and control characters
     (other than newline and tab) written as escapes."""
@@ -326,7 +331,7 @@ def results_json(results: list[TestResult], errors: list[str], notes: list[str] 
         summary.append(f"{_num(sum(r.score for r in hidden))} of {_num(sum(r.max_score for r in hidden))} points "
                        f"come from {len(hidden)} hidden tests (in the total above); their rows are "
                        f"{VISIBILITIES[visibility]}.")
-    return {"score": sum(r.score for r in results), "max_score": sum(r.max_score for r in results),
+    return {"score": _total(r.score for r in results), "max_score": _total(r.max_score for r in results),
             "output": "\n".join(summary), "tests": tests}
 
 
