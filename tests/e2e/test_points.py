@@ -167,7 +167,7 @@ def test_parametrized_cases_and_devices_divide_a_problems_points(tmp_path):
         assert [points[f"test_cases[{n}]"] for n in (1, 2, 3)] == [(False, pytest.approx(1 / 9))] * 3
         assert [points[f"test_many[{n}]"] for n in range(cases)] == [(True, pytest.approx(8 * 4 / 5 / cases))] * cases
         assert points["test_one"] == (True, pytest.approx(8 / 5))
-        assert [points[f"test_first[{n}]"] for n in range(3)] == [(False, pytest.approx(2 / 3))] * 3
+        assert [points[f"test_first[{n}]"] for n in range(cases)] == [(False, pytest.approx(2 / cases))] * cases
         totals = per_problem(run["rows"])
         assert totals == {"Homework 96.A hw": pytest.approx(9), "Exercise 96.1 first": pytest.approx(2)}
         assert per_problem(run["rows"], hidden=False)["Homework 96.A hw"] == pytest.approx(1)
