@@ -158,7 +158,8 @@ def test_parametrized_cases_and_devices_divide_a_problems_points(tmp_path):
     """9 points, 1 public: the public tests have weights 1 (3 cases) and 2 (on every device), the
     hidden ones 4 (N cases) and 1. Each case's share is worked out by hand; the totals are the
     table's for N = 2 and N = 7 cases, and on any number of devices."""
-    runs = collect(synthetic_suite(tmp_path / "a", 2), synthetic_suite(tmp_path / "b", 7))
+    # one process per suite: both suites' modules have the same names, which one process imports once
+    runs = [*collect(synthetic_suite(tmp_path / "a", 2)), *collect(synthetic_suite(tmp_path / "b", 7))]
     for run, cases in zip(runs, (2, 7)):
         assert run["code"] == 0 and not run["errors"], run
         points = {nodeid.split("::", 1)[1]: (hidden, p) for nodeid, _, hidden, p in run["rows"]}
