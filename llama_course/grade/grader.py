@@ -21,8 +21,9 @@ so a grader stopped by a time limit leaves the finished scores) and last after e
 the student's user is gone. In class grading a child grader that fails leaves no score. An exercise
 earns nothing when the submission uses the package's own answer to it (plugin.reference_names).
 
-Points. A test's points are its ``graded`` marker's; a test repeated per device shares them
-across the devices, so the total does not depend on the machine; a skipped graded test is a
+Points. Each exercise's points are set once, in llama_course.grade.points, and divided across its
+tests by their markers' weights; a test's cases (its devices among them) share its part, so the
+total does not depend on the machine or on how the tests are written; a skipped graded test is a
 grading error that counts as failed.
 """
 
@@ -40,12 +41,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from . import autograder, sandbox
-from .plugin import REPO, SANDBOX, available_devices, graded_marker
+from .plugin import REPO, SANDBOX, graded_marker, graded_points
+from .points import Split, fmt, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
@@ -81,20 +84,21 @@ class _Collector:
 
     def __init__(self, status=None, progress=None):
         self.results: dict[str, TestResult] = {}
+        self.splits: dict[str, Split] = {}  # exercise label -> its points: total, public checks, hidden tests
         self.errors: list[str] = []
         self.status = status  # a terminal to show the running test on, or None
         self.progress = progress  # called with the results after each test (its worker gone), or None
         self._shown_files: set[str] = set()
 
     def pytest_collection_modifyitems(self, items):
-        devices = len(available_devices())
+        points = graded_points(items)
         for item in items:
             graded = graded_marker(item)
             if graded is None:
                 continue
-            share = devices if "device" in getattr(getattr(item, "callspec", None), "params", {}) else 1
+            self.splits[graded.label] = split(graded.label, problems_for(item))
             self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], graded.label,
-                                                   graded.points / share, graded.kind, graded.depends,
+                                                   points[item.nodeid], graded.kind, graded.depends,
                                                    hidden=Path(str(getattr(item, "path", ""))).parent.name == "hidden")
 
     def pytest_collectreport(self, report):
@@ -256,7 +260,12 @@ def failures(results: list[TestResult], out: Path) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:.4g}"
+    return fmt(x)
+
+
+def _total(points) -> float:
+    """A sum of test shares, rid of float noise (shares of 1/3 add up to 0.9999999999999999)."""
+    return round(sum(points), 9)
 
 
 def safe_text(text: str) -> str:
@@ -322,7 +331,7 @@ def results_json(results: list[TestResult], errors: list[str], notes: list[str] 
         summary.append(f"{_num(sum(r.score for r in hidden))} of {_num(sum(r.max_score for r in hidden))} points "
                        f"come from {len(hidden)} hidden tests (in the total above); their rows are "
                        f"{VISIBILITIES[visibility]}.")
-    return {"score": sum(r.score for r in results), "max_score": sum(r.max_score for r in results),
+    return {"score": _total(r.score for r in results), "max_score": _total(r.max_score for r in results),
             "output": "\n".join(summary), "tests": tests}
 
 
@@ -480,18 +489,20 @@ def list_exercises(test_dirs: list[Path]) -> int:
                     plugins=[collector])
     for error in collector.errors:
         print(f"grader error: {error}", file=sys.stderr)
-    sections, rows = exercise_sections(), {}
-    for result in collector.results.values():
-        row = rows.setdefault(result.exercise, {"kind": result.kind, "points": 0.0})
-        row["points"] += result.max_score
-    print(f"{'Id':<14} {'Name':<30} {'Kind':<9} {'Section':<50} Points")
-    for label in sorted(rows, key=_label_order):
+    sections, splits = exercise_sections(), collector.splits
+    hidden_here = any(d.name == "hidden" for d in test_dirs)
+    print(f"{'Id':<14} {'Name':<30} {'Kind':<9} {'Section':<50} {'Points':>6} {'Public':>6}")
+    for label in sorted(splits, key=_label_order):
         words = label.split(maxsplit=2)
         ident, name = " ".join(words[:2]), words[2] if len(words) > 2 else ""
-        section = sections.get(ident, "")
-        print(f"{ident:<14} {name:<30} {rows[label]['kind']:<9} {section:<50} {_num(rows[label]['points'])}")
-    if not any(d.name == "hidden" for d in test_dirs) and any(r["kind"] == "homework" for r in rows.values()):
-        print("\nHomework points above are the public checks' only; the hidden tests add the rest.")
+        section, kind = sections.get(ident, ""), "homework" if ident.startswith("Homework") else "practice"
+        print(f"{ident:<14} {name:<30} {kind:<9} {section:<50} {_num(splits[label].total):>6} "
+              f"{_num(splits[label].public):>6}")
+    total, public = (sum((getattr(s, part) for s in splits.values()), Fraction(0)) for part in ("total", "public"))
+    print(f"{'Total':<105} {_num(total):>6} {_num(public):>6}")
+    print("\nPoints: each exercise's points in all. Public: the part its public checks (tests/graded) carry; "
+          "the rest come from hidden tests" + ("." if hidden_here else ", which only your instructor runs: "
+                                                "grading here can check the Public points only."))
     return 1 if collector.errors else 0
 
 

@@ -8,11 +8,17 @@
                                              (the grader always does; see llama_course.grade.sandbox)
 
 A graded test file ``test_ch04_attention.py`` grades ``ch04_attention.py`` of the chosen folder
-and receives it as the ``impl`` fixture. Each graded test carries its exercise's label, its points,
-its kind ("practice", the default, or "homework") and the exercises it relies on:
+and receives it as the ``impl`` fixture. Each graded test carries its exercise's label, its weight
+within the exercise (default 1), its kind ("practice", the default, or "homework") and the
+exercises it relies on:
 
-    @pytest.mark.graded("Exercise 4.6 multi_head_attention", points=3, depends=("Exercise 4.3",))
+    @pytest.mark.graded("Exercise 4.6 multi_head_attention", weight=3, depends=("Exercise 4.3",))
     def test_multi_head_attention(impl): ...
+
+Points are set per exercise in one table, llama_course.grade.points, and divided across the
+exercise's tests by their weights (``graded_points``); a test's parametrized cases, the devices it
+runs on among them, split its share, so an exercise's total does not depend on how its tests
+are written.
 
 With --isolate, an exercise earns nothing when the student's file takes the package's own answer
 to it (``reference_names``): statically (imports and attribute access in the file) and at run time
@@ -36,6 +42,7 @@ import pytest
 import torch
 
 from llama_course.device import available_devices
+from llama_course.grade.points import PointsError, item_points
 from llama_course.grade.rules import VIOLATION, file_problems, worker_rules
 from llama_course.grade.rules import message as rules_message
 
@@ -93,8 +100,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "graded(exercise, points=1, kind='practice', depends=()): a graded test "
-                                       "worth `points` for `exercise` (kind: practice or homework)")
+    config.addinivalue_line("markers", "graded(exercise, weight=1, kind='practice', depends=()): a graded test "
+                                       "of `exercise`, its weight among the exercise's tests (the points are "
+                                       "the exercise's, set in llama_course.grade.points)")
     config.stash[_GIVEN_UP] = {}
     config.stash[_USES] = {}
 
@@ -104,7 +112,7 @@ class Graded:
     """What a graded test's marker says."""
 
     label: str
-    points: float
+    weight: float = 1.0
     kind: str = "practice"
     depends: tuple[str, ...] = ()
 
@@ -123,15 +131,30 @@ def graded_marker(item) -> Graded | None:
     return _graded(*marker.args, **marker.kwargs)
 
 
-def _graded(exercise: str, points: float = 1, kind: str = "practice", depends=()) -> Graded:
+def _graded(exercise: str, weight: float = 1, kind: str = "practice", depends=(), points=None) -> Graded:
     if kind not in KINDS:
         raise pytest.UsageError(f"graded({exercise!r}): kind must be one of {KINDS}, got {kind!r}")
-    return Graded(exercise, float(points), kind, tuple([depends] if isinstance(depends, str) else depends))
+    if points is not None:  # the marker's old keyword: now a weight, the points being the table's
+        weight = points
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+        raise pytest.UsageError(f"graded({exercise!r}): weight must be a positive number, got {weight!r}")
+    return Graded(exercise, float(weight), kind, tuple([depends] if isinstance(depends, str) else depends))
+
+
+def graded_points(items) -> dict[str, float]:
+    """{nodeid: points} of the graded items among ``items``: each exercise's points from the table
+    (llama_course.grade.points), divided across its tests by weight, a test's share split equally
+    across its cases. A test of an exercise not in the table, or disagreeing with it, stops
+    collection with a UsageError that says what to fix."""
+    try:
+        return item_points(items, graded_marker)
+    except PointsError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def reference_names(label: str) -> tuple[str, ...]:
     """Package names whose use answers the exercise ``label`` for the student."""
-    function = Graded(label, 0).function
+    function = Graded(label).function
     names = [function, *REFERENCES.get(function, ())]
     if "." in function:
         names.append(function.split(".")[0])
@@ -142,8 +165,8 @@ def reference_names(label: str) -> tuple[str, ...]:
 
 @pytest.fixture(params=available_devices())
 def device(request) -> torch.device:
-    """Parametrizes a test over the CPU and every available accelerator (the grader splits the
-    test's points across them, so the total does not depend on the machine)."""
+    """Parametrizes a test over the CPU and every available accelerator (its cases split the
+    test's points, so the total does not depend on the machine: graded_points)."""
     return torch.device(request.param)
 
 

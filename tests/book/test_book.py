@@ -5,8 +5,6 @@ import ast
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -174,7 +172,7 @@ NUMBER_ALLOW = [   # (pattern, why a number matching it is not a measurement)
     (r"(?<![\w.,])\d+-bit\b", "number formats: 16-bit, 32-bit"),
     (r"\b[A-Za-z][\w-]*\d[\w.-]*", "names with digits: float32, H100, Qwen3, UTF-8"),
     (r"(?<![\w.,])\d(?!\w|[.,]\d)", "single digits: the constants of definitions (sum to 1, layer 0)"),
-    (r"\b\d+ points\b", "exercise points: test_exercise_points_match_the_graded_tests checks each"),
+    (r"\b\d+ points\b", "exercise points: tests/e2e/test_points.py checks each against the points table"),
 ]
 ALT = "alt text and captions live in cell metadata, which cannot hold glue; "
 NUMBER_ALLOW_CHAPTER = {   # chapter -> [(pattern, reason)]: numbers typed on purpose
@@ -320,50 +318,6 @@ def test_number_guard_reads_admonitions_dropdowns_figures_and_metadata():
     finally:
         path.unlink()
     assert (REPO / "book" / "labs.md") in PAGES
-
-
-COUNT_POINTS = """
-import sys, pytest
-points = {}
-class Count:
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
-            marker = item.get_closest_marker("graded")
-            if marker is not None:
-                label = marker.args[0]
-                share = marker.kwargs.get("points", marker.args[1] if len(marker.args) > 1 else 1)
-                params = getattr(getattr(item, "callspec", None), "params", {})
-                devices = len(item.session.config.pluginmanager.get_plugin("llama_course.grade.plugin")
-                              .available_devices()) if "device" in params else 1
-                points[label] = points.get(label, 0) + share / devices
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests/graded", "tests/hidden"], plugins=[Count()])
-print("POINTS", repr(points))
-"""
-
-
-@pytest.fixture(scope="module")
-def graded_points():
-    """{label: points} as the grader counts them (every collected case; devices share a test's points)."""
-    run = subprocess.run([sys.executable, "-c", COUNT_POINTS], cwd=REPO, capture_output=True, text=True, timeout=600)
-    line = next(line for line in run.stdout.splitlines() if line.startswith("POINTS "))
-    return ast.literal_eval(line.removeprefix("POINTS "))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_exercise_points_match_the_graded_tests(path, graded_points):
-    """The points an Exercises section states are typed (the guard above allows them) because this
-    test checks every one against the graded tests' markers."""
-    chapter = int(re.match(r"ch(\d\d)", path.stem)[1])
-    text = "\n".join("".join(c["source"]) for c in cells(path) if "## Exercises" in "".join(c["source"]))
-    practice = re.search(r"\*\*Practice\*\* \([^)]*?(\d+) points in all\)", text)
-    if practice is None and not re.search(r"\d+ points", text):
-        pytest.skip("this chapter states no points")
-    total = sum(v for k, v in graded_points.items() if k.startswith(f"Exercise {chapter}."))
-    assert practice and int(practice[1]) == round(total), (path.name, practice and practice[1], total)
-    stated = dict(re.findall(r"\*\*(Homework \d+\.[A-Z]) `?[\w.]+`?\*\* \((\d+) points\)", text))
-    homework = {" ".join(k.split()[:2]): v for k, v in graded_points.items() if k.startswith(f"Homework {chapter}.")}
-    assert {k: int(v) for k, v in stated.items()} == {k: round(v) for k, v in homework.items()}, path.name
 
 
 # ------------------------------------------------------------------------------ drawn diagrams

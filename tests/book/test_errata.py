@@ -184,8 +184,8 @@ def test_list_shows_a_section_for_every_exercise():
 
 @pytest.mark.parametrize("chapter", ["ch12_after_llama", "ch13_parallel"])
 def test_chapters_12_and_13_print_their_points(chapter):
-    # test_book.test_exercise_points_match_the_graded_tests checks the numbers; it skips a chapter
-    # that states none, which is how these two went unchecked
+    # tests/e2e/test_points.py checks the numbers against the points table; the old check skipped
+    # a chapter that stated none, which is how these two went unchecked
     text = flat(markdown(chapter))
     assert re.search(r"\*\*Practice\*\* \([^)]*?\d+ points in all\)", text)
     assert len(re.findall(r"\*\*Homework \d+\.[A-Z] `\w+`\*\* \(\d+ points\)", text)) == 2

@@ -6,7 +6,6 @@ submission, found at any depth of the upload, out of Chapter 4's points."""
 import io
 import json
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -18,37 +17,15 @@ from pathlib import Path
 import pytest
 
 from llama_course.grade.autograder import GRADING_PYTHON_FLOOR, build, collect
+from llama_course.grade.points import chapter_totals
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-COUNT_POINTS = """
-import sys, pytest
-total = []
-class Count:
-    def pytest_collection_modifyitems(self, items):
-        for item in items:
-            marker = item.get_closest_marker("graded")
-            if marker is not None:
-                points = marker.kwargs.get("points", marker.args[1] if len(marker.args) > 1 else 1)
-                params = getattr(getattr(item, "callspec", None), "params", {})
-                devices = len(item.session.config.pluginmanager.get_plugin("llama_course.grade.plugin")
-                              .available_devices()) if "device" in params else 1
-                total.append(points / devices)
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[1:]], plugins=[Count()])
-print("POINTS", sum(total))
-"""
-
-
-def assignment_points(chapter: int, repo: Path = REPO) -> float:
-    """The points of one chapter's assignment, from collecting its public and hidden tests: each
-    graded test's points= per collected case, except that the devices a test runs on share its
-    points (so the total is the same on any machine)."""
-    files = sorted(str(p) for folder in ("graded", "hidden")
-                   for p in (repo / "tests" / folder).glob(f"test_ch{chapter:02d}_*.py"))
-    run = subprocess.run([sys.executable, "-c", COUNT_POINTS, *files], cwd=repo, capture_output=True, text=True,
-                         timeout=300)
-    return float(re.search(r"^POINTS (\S+)$", run.stdout, re.M)[1])
+def assignment_points(chapter: int) -> float:
+    """The points of one chapter's assignment: its problems' points in the points table
+    (tests/e2e/test_points.py checks that the grader divides each problem's across its tests)."""
+    return float(sum(chapter_totals(chapter).values()))
 
 
 def unpack(archive: Path, root: Path) -> Path:

@@ -219,7 +219,7 @@ def test_a_hanging_import_costs_one_timeout(tmp_path):
     assert sum("importing ch97_semantics.py timed out in an earlier test" in o for o in outputs) == len(outputs) - 1
 
 
-def test_device_parametrized_tests_share_their_points(monkeypatch):
+def test_device_parametrized_tests_share_their_points():
     from llama_course.grade import grader
 
     class Item:
@@ -227,14 +227,13 @@ def test_device_parametrized_tests_share_their_points(monkeypatch):
             self.nodeid, self.callspec = nodeid, type("Spec", (), {"params": params})()
 
         def get_closest_marker(self, name):
-            return pytest.mark.graded("Exercise 4.1 softmax", points=3).mark
+            return pytest.mark.graded("Exercise 4.1 softmax", weight=3).mark
 
-    monkeypatch.setattr(grader, "available_devices", lambda: ["cpu", "cuda"])
-    collector = grader._Collector()
+    collector = grader._Collector()   # Exercise 4.1 is worth 1 point (the table): two tests of equal weight
     collector.pytest_collection_modifyitems([Item("t::a[cpu]", {"device": "cpu"}),
                                              Item("t::a[cuda]", {"device": "cuda"}), Item("t::b[3d]", {"shape": 3})])
     points = {r.name: r.max_score for r in collector.results.values()}
-    assert points == {"a[cpu]": 1.5, "a[cuda]": 1.5, "b[3d]": 3}
+    assert points == {"a[cpu]": 0.25, "a[cuda]": 0.25, "b[3d]": 0.5}
 
 
 @pytest.mark.slow
@@ -250,11 +249,11 @@ def test_list_works_in_a_student_release(tmp_path):
     shutil.copy(CASES / "semantics" / "test_ch97_semantics.py", release / "tests" / "graded")
     run = grade("--list", cwd=release, env={"PYTHONPATH": str(release)})
     assert run.returncode == 0, run.stderr
-    assert re.search(r'^Exercise 4\.1\s+softmax\s+practice\s+4\.3 "Softmax"\s+3$', run.stdout, re.M), run.stdout
-    homework = r'^Homework 4\.A\s+alibi_bias\s+homework\s+4\.4 "The causal mask"\s+\d+$'   # "beyond section 4.4"
-    assert re.search(homework, run.stdout, re.M), run.stdout
-    assert re.search(r"^Homework 97\.A\s+hw\s+homework\s+1$", run.stdout, re.M), run.stdout
-    assert "public checks' only" in run.stdout
+    assert re.search(r'^Exercise 4\.1\s+softmax\s+practice\s+4\.3 "Softmax"\s+1\s+1$', run.stdout, re.M), run.stdout
+    homework = r'^Homework 4\.A\s+alibi_bias\s+homework\s+4\.4 "The causal mask"\s+6\s+1$'   # "beyond section 4.4"
+    assert re.search(homework, run.stdout, re.M), run.stdout    # 6 points, of which the public checks carry 1
+    assert re.search(r"^Homework 97\.A\s+hw\s+homework\s+1\s+1$", run.stdout, re.M), run.stdout
+    assert "grading here can check the Public points only" in run.stdout
 
 
 def test_staging_skips_a_file_past_the_size_limit_and_says_why(tmp_path, monkeypatch):

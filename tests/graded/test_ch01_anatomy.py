@@ -14,7 +14,7 @@ FFN = "Exercise 1.1 ffn_hidden_dim"
 COUNT = "Exercise 1.2 count_parameters"
 
 
-@pytest.mark.graded(FFN, points=2)
+@pytest.mark.graded(FFN, weight=2)
 def test_ffn_hidden_dim_llama1_and_2_widths(impl):
     # intermediate_size of the released LLaMA-1 / Llama-2 7B, 13B, 33B, 65B checkpoints
     for d_model, published in ((4096, 11008), (5120, 13824), (6656, 17920), (8192, 22016)):
@@ -22,7 +22,7 @@ def test_ffn_hidden_dim_llama1_and_2_widths(impl):
         assert got == published, f"ffn_hidden_dim({d_model}) = {got}, but the released checkpoint has {published}"
 
 
-@pytest.mark.graded(FFN, points=2)
+@pytest.mark.graded(FFN, weight=2)
 def test_ffn_hidden_dim_with_multiplier(impl):
     cases = (((8192, 4096, 1.3), 28672, "Llama-2 70B"), ((4096, 1024, 1.3), 14336, "Llama-3 8B"),
              ((4096, 256, 1.0), 11008, "a multiplier of 1 changes nothing"))
@@ -31,7 +31,7 @@ def test_ffn_hidden_dim_with_multiplier(impl):
         assert got == published, f"ffn_hidden_dim{args} = {got}, expected {published} ({what})"
 
 
-@pytest.mark.graded(FFN, points=1)
+@pytest.mark.graded(FFN, weight=1)
 def test_ffn_hidden_dim_rounds_up_to_the_multiple(impl):
     for d_model in (64, 96, 100, 288, 768, 1000, 2048):
         for multiple_of in (1, 32, 256):
@@ -57,7 +57,7 @@ LLAMA2_7B = {
 }
 
 
-@pytest.mark.graded(COUNT, points=3)
+@pytest.mark.graded(COUNT, weight=3)
 def test_count_parameters_llama2_7b_part_by_part(impl):
     counts = impl.count_parameters(PRESETS["llama2-7b"])
     for key, published in LLAMA2_7B.items():
@@ -79,7 +79,7 @@ PUBLISHED_TOTALS = {
 }
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 @pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
 def test_count_parameters_published_totals(impl, name):
     total = impl.count_parameters(PRESETS[name])["total"]
@@ -87,7 +87,7 @@ def test_count_parameters_published_totals(impl, name):
         f"{name}: total {total:,}, but the released weights hold {PUBLISHED_TOTALS[name]:,} parameters"
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_mixtral_active(impl):
     counts = impl.count_parameters(PRESETS["mixtral-8x7b"])
     assert round(counts["active"] / 1e9, 1) == 12.9, \
@@ -107,7 +107,7 @@ SMALL = [
 ]
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_parts_add_up(impl):
     for config in SMALL + [PRESETS["llama3-8b"], PRESETS["mixtral-8x7b"]]:
         c = impl.count_parameters(config)
@@ -119,7 +119,7 @@ def test_count_parameters_parts_add_up(impl):
         assert all(type(v) is int for v in c.values()), f"every count must be a Python int, got {c}"
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_gqa_never_more_than_mha(impl):
     mha = PRESETS["llama2-70b"].replace(n_kv_heads=64)
     totals = [impl.count_parameters(mha.replace(n_kv_heads=h))["total"] for h in (64, 32, 16, 8, 4, 2, 1)]
@@ -127,7 +127,7 @@ def test_count_parameters_gqa_never_more_than_mha(impl):
         f"fewer KV heads must mean fewer parameters; totals for 64, 32, ..., 1 KV heads: {totals}"
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_tied_embeddings_drop_the_head(impl):
     untied = impl.count_parameters(PRESETS["llama2-7b"])
     tied = impl.count_parameters(PRESETS["llama2-7b"].replace(tie_embeddings=True))
@@ -136,7 +136,7 @@ def test_count_parameters_tied_embeddings_drop_the_head(impl):
     assert untied["total"] - tied["total"] == 32000 * 4096, "tying must save exactly vocab_size * d_model"
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_qk_norm_adds_two_head_norms(impl):
     plain = PRESETS["llama3-8b"]
     counts, with_qk = impl.count_parameters(plain), impl.count_parameters(plain.replace(qk_norm=True))

@@ -38,7 +38,7 @@ def _same(got, expected, call):
     assert got == expected, f"{call} returned {got!r}, expected {expected!r}"
 
 
-@pytest.mark.graded(PAIRS, points=2)
+@pytest.mark.graded(PAIRS, weight=2)
 def test_count_pairs(impl):
     _same(impl.count_pairs({(1, 2, 3): 2, (2, 3): 1}), {(1, 2): 2, (2, 3): 3}, "count_pairs({(1, 2, 3): 2, (2, 3): 1})")
     _same(impl.count_pairs({(5, 5, 5): 4}), {(5, 5): 8}, "count_pairs({(5, 5, 5): 4}) (a pair can repeat in a word)")
@@ -47,7 +47,7 @@ def test_count_pairs(impl):
     _same(got, 6, "count_pairs({'newest' as bytes: 6})[(e, s)]")
 
 
-@pytest.mark.graded(MERGE, points=2)
+@pytest.mark.graded(MERGE, weight=2)
 def test_merge_pair(impl):
     for ids, pair, new, expected, why in (
             ([1, 2, 2, 2, 3], (2, 2), 9, [1, 9, 2, 3], "left to right, no overlap"),
@@ -62,7 +62,7 @@ def _merges_as_text(tokenizer):
     return [f"{a.decode()} {b.decode()}" for a, b in tokenizer.merges]
 
 
-@pytest.mark.graded(TRAIN, points=3, depends=("Exercise 2.1", "Exercise 2.2"))
+@pytest.mark.graded(TRAIN, weight=3, depends=("Exercise 2.1", "Exercise 2.2"))
 def test_train_bpe_hand_worked_example(impl):
     tokenizer = impl.train_bpe(SENNRICH, 256 + 12, pattern=r"\w+")
     merges = _merges_as_text(tokenizer)
@@ -73,7 +73,7 @@ def test_train_bpe_hand_worked_example(impl):
     assert len(tokenizer.vocab) == 268, f"the vocabulary has {len(tokenizer.vocab)} tokens, expected 256 + 12"
 
 
-@pytest.mark.graded(TRAIN, points=2, depends=("Exercise 2.1", "Exercise 2.2"))
+@pytest.mark.graded(TRAIN, weight=2, depends=("Exercise 2.1", "Exercise 2.2"))
 def test_train_bpe_special_tokens_are_never_merged(impl):
     special = "<|endoftext|>"
     text = f"{special}ab ab ab{special}{special}ab ab{special}"
@@ -111,7 +111,7 @@ def trained():
     return train_bpe(TEXT * 2 + "中文 语言 模型 👋", 256 + 80 + 1, special_tokens=["<|endoftext|>"])
 
 
-@pytest.mark.graded(ENCODE, points=2)
+@pytest.mark.graded(ENCODE, weight=2)
 def test_encode_matches_tiktoken(impl, trained):
     oracle = _ranks_oracle(trained, ["<|endoftext|>"])
     for text in SAMPLES + [TEXT, "a<|endoftext|>b<|endoftext|><|endoftext|>"]:
@@ -120,7 +120,7 @@ def test_encode_matches_tiktoken(impl, trained):
         assert got == expected, f"encode({text[:40]!r}...) = {got[:20]}..., tiktoken gives {expected[:20]}..."
 
 
-@pytest.mark.graded(ENCODE, points=1)
+@pytest.mark.graded(ENCODE, weight=1)
 def test_encode_hand_worked(impl):
     vocab = {i: bytes([i]) for i in range(256)}
     merges = [tuple(m.encode() for m in line.split()) for line in SENNRICH_MERGES]
@@ -132,7 +132,7 @@ def test_encode_hand_worked(impl):
     _same(impl.encode("", vocab, merges), [], "encode('')")
 
 
-@pytest.mark.graded(DECODE, points=2)
+@pytest.mark.graded(DECODE, weight=2)
 def test_decode_round_trip_and_errors(impl, trained):
     oracle = _ranks_oracle(trained, ["<|endoftext|>"])
     for text in SAMPLES + ["<|endoftext|>x"]:
@@ -143,7 +143,7 @@ def test_decode_round_trip_and_errors(impl, trained):
         impl.decode([72, 10**6], trained.vocab)
 
 
-@pytest.mark.graded(EMBED, points=2)
+@pytest.mark.graded(EMBED, weight=2)
 def test_embed(impl, device):
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(50, 8, generator=g).to(device)
@@ -158,7 +158,7 @@ def test_embed(impl, device):
     assert shape == (1, 6, 16), f"embed of (1, 6) ids with a (32000, 16) table has shape {shape}, expected (1, 6, 16)"
 
 
-@pytest.mark.graded(EMBED, points=1)
+@pytest.mark.graded(EMBED, weight=1)
 def test_embed_rejects_ids_out_of_range(impl):
     weight = torch.randn(10, 4)
     for bad in (10, -1):
@@ -166,7 +166,7 @@ def test_embed_rejects_ids_out_of_range(impl):
             impl.embed(torch.tensor([0, bad, 3]), weight)
 
 
-@pytest.mark.graded(LOSS, points=2)
+@pytest.mark.graded(LOSS, weight=2)
 def test_next_token_loss_matches_cross_entropy(impl, device):
     g = torch.Generator().manual_seed(1)
     logits = (torch.randn(2, 9, 30, generator=g) * 4).to(device)
@@ -179,7 +179,7 @@ def test_next_token_loss_matches_cross_entropy(impl, device):
     assert half.dtype == torch.float32, f"bf16 logits: the loss must be float32, got {half.dtype}"
 
 
-@pytest.mark.graded(LOSS, points=1)
+@pytest.mark.graded(LOSS, weight=1)
 def test_next_token_loss_is_stable(impl, device):
     logits = torch.tensor([[[1e4, -1e4, 0.0], [0.0, 1e4, -1e4], [0.0, 0.0, 0.0]]], device=device)
     ids = torch.tensor([[2, 1, 0]], device=device)
@@ -192,14 +192,14 @@ def test_next_token_loss_is_stable(impl, device):
 WORDPIECE_VOCAB = {"un", "##aff", "##able", "a", "##ff", "##a"}
 
 
-@pytest.mark.graded(WORDPIECE, points=1, kind="homework")
+@pytest.mark.graded(WORDPIECE, weight=1, kind="homework")
 def test_wordpiece_worked_example(impl):
     _same(impl.wordpiece_tokenize("unaffable", WORDPIECE_VOCAB), ["un", "##aff", "##able"],
           "wordpiece_tokenize('unaffable')")
     _same(impl.wordpiece_tokenize("unx", WORDPIECE_VOCAB), ["[UNK]"], "wordpiece_tokenize('unx')")
 
 
-@pytest.mark.graded(SMOOTH, points=1, kind="homework")
+@pytest.mark.graded(SMOOTH, weight=1, kind="homework")
 def test_smoothed_loss_worked_example(impl):
     for smoothing in (0.0, 0.1, 0.5):
         loss = impl.smoothed_next_token_loss(torch.zeros(2, 5, 7), torch.randint(0, 7, (2, 5)), smoothing)

@@ -36,7 +36,7 @@ def _meta(out, x, what):
     assert out.device.type == x.device.type, f"{what}: output on {out.device}, expected {x.device}"
 
 
-@pytest.mark.graded(RMS, points=2)
+@pytest.mark.graded(RMS, weight=2)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rms_norm_matches_torch(impl, device, dtype):
     x, w = inputs(device, dtype)
@@ -46,7 +46,7 @@ def test_rms_norm_matches_torch(impl, device, dtype):
     assert_close(out.float(), expected, f"rms_norm ({dtype}) vs F.rms_norm", **TOL[dtype])
 
 
-@pytest.mark.graded(RMS, points=2)
+@pytest.mark.graded(RMS, weight=2)
 def test_rms_norm_matches_llama_rmsnorm(impl, device):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     for dtype in (torch.float32, torch.bfloat16):
@@ -60,7 +60,7 @@ def test_rms_norm_matches_llama_rmsnorm(impl, device):
                      f"multiplying by the weight)")
 
 
-@pytest.mark.graded(RMS, points=1)
+@pytest.mark.graded(RMS, weight=1)
 def test_rms_norm_invariants(impl, device):
     x, _ = inputs(device, torch.float32, seed=2)
     gamma = torch.full((64,), 2.5, device=device)
@@ -72,7 +72,7 @@ def test_rms_norm_invariants(impl, device):
     assert_close(cos, torch.ones_like(cos), "rms_norm with a constant gain must keep each vector's direction")
 
 
-@pytest.mark.graded(LN, points=2)
+@pytest.mark.graded(LN, weight=2)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_layer_norm_matches_torch(impl, device, dtype):
     x, w = inputs(device, dtype, seed=3)
@@ -86,7 +86,7 @@ def test_layer_norm_matches_torch(impl, device, dtype):
                  f"layer_norm without bias ({dtype}) vs F.layer_norm", **TOL[dtype])
 
 
-@pytest.mark.graded(PRE, points=2, depends=("Exercise 3.1",))
+@pytest.mark.graded(PRE, weight=2, depends=("Exercise 3.1",))
 def test_pre_norm_residual(impl, device):
     torch.manual_seed(5)
     sublayer = nn.Linear(64, 64, bias=False).to(device)
@@ -102,14 +102,14 @@ def test_pre_norm_residual(impl, device):
                      "with a sublayer that outputs zeros, pre_norm_residual must return x unchanged")
 
 
-@pytest.mark.graded(BACKWARD, points=1, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=1, kind="homework")
 def test_rms_norm_backward_worked_example(impl):
     grad_x, grad_w = impl.rms_norm_backward(torch.tensor([[3.0, 4.0]]), torch.ones(2), torch.tensor([[1.0, 0.0]]), 0.0)
     assert_close(grad_w, torch.tensor([0.8485, 0.0]), "the docstring's grad_weight", atol=1e-4)
     assert_close(grad_x, torch.tensor([[0.1810, -0.1358]]), "the docstring's grad_x", atol=1e-4)
 
 
-@pytest.mark.graded(FOLD, points=1, kind="homework")
+@pytest.mark.graded(FOLD, weight=1, kind="homework")
 def test_fold_norm_weights_worked_example(impl):
     q = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     state = {"model.embed_tokens.weight": torch.ones(3, 2), "model.norm.weight": torch.tensor([2.0, 3.0]),

@@ -28,7 +28,7 @@ def randn(*shape, seed=0, device="cpu", scale=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(device)
 
 
-@pytest.mark.graded(SOFTMAX, points=2)
+@pytest.mark.graded(SOFTMAX, weight=2)
 def test_softmax_example_and_torch(impl, device):
     p = impl.softmax(torch.tensor([2.0, 1.0, 0.1], device=device))
     got = [round(v, 2) for v in p.tolist()]
@@ -38,7 +38,7 @@ def test_softmax_example_and_torch(impl, device):
     assert_close(impl.softmax(x, dim=1), F.softmax(x, dim=1), "softmax(x, dim=1) vs F.softmax (use the dim argument)")
 
 
-@pytest.mark.graded(SOFTMAX, points=1)
+@pytest.mark.graded(SOFTMAX, weight=1)
 def test_softmax_is_stable(impl, device):
     x = torch.tensor([[1e4, 0.0, -1e4], [1e4, 1e4, 1e4]], device=device)
     assert_close(impl.softmax(x), torch.tensor([[1.0, 0, 0], [1 / 3, 1 / 3, 1 / 3]], device=device),
@@ -48,7 +48,7 @@ def test_softmax_is_stable(impl, device):
     assert_equal(dead, torch.zeros(2, 4, device=device), "softmax of an all -inf row")
 
 
-@pytest.mark.graded(CAUSAL, points=2)
+@pytest.mark.graded(CAUSAL, weight=2)
 def test_causal_mask(impl, device):
     m = impl.causal_mask(4, device=device)
     assert m.dtype == torch.bool, f"the mask must be boolean, got {m.dtype}"
@@ -64,7 +64,7 @@ def test_causal_mask(impl, device):
     assert one == [[True] * 6], f"causal_mask(1, 6) = {one}: one decode step sees every key"
 
 
-@pytest.mark.graded(SDPA, points=2, depends=("Exercise 4.1",))
+@pytest.mark.graded(SDPA, weight=2, depends=("Exercise 4.1",))
 @pytest.mark.parametrize("shape", [(3, 5, 16), (2, 4, 5, 16)], ids=["3d", "4d"])
 def test_sdpa_matches_torch(impl, device, shape):
     q, k, v = (randn(*shape, seed=s, device=device) for s in (1, 2, 3))
@@ -77,7 +77,7 @@ def test_sdpa_matches_torch(impl, device, shape):
                  "attention with a boolean mask (True = may attend) vs F.scaled_dot_product_attention")
 
 
-@pytest.mark.graded(SDPA, points=2, depends=("Exercise 4.1",))
+@pytest.mark.graded(SDPA, weight=2, depends=("Exercise 4.1",))
 def test_sdpa_causal_and_fully_masked(impl, device):
     q, k, v = (randn(2, 3, 6, 8, seed=s, device=device) for s in (5, 6, 7))
     causal = torch.ones(6, 6, dtype=torch.bool, device=device).tril()
@@ -99,7 +99,7 @@ def test_sdpa_causal_and_fully_masked(impl, device):
                  "queries whose keys are all masked must return zeros")
 
 
-@pytest.mark.graded(SDPA, points=1, depends=("Exercise 4.1",))
+@pytest.mark.graded(SDPA, weight=1, depends=("Exercise 4.1",))
 def test_sdpa_hand_example(impl):
     # one query, two keys: scores (0, 2*sqrt(2)) / sqrt(2) = (0, 2); weights softmax(0, 2)
     q = torch.tensor([[[1.0, 1.0]]])
@@ -110,7 +110,7 @@ def test_sdpa_hand_example(impl):
                  "the hand example (scores divided by sqrt(d) = sqrt(2), then softmax)")
 
 
-@pytest.mark.graded(SDPA, points=1, depends=("Exercise 4.1",))
+@pytest.mark.graded(SDPA, weight=1, depends=("Exercise 4.1",))
 def test_sdpa_returns_q_dtype(impl, device):
     q, k, v = (randn(2, 4, 5, 16, seed=s, device=device).to(torch.bfloat16) for s in (8, 9, 10))
     out = impl.scaled_dot_product_attention(q, k, v)
@@ -120,7 +120,7 @@ def test_sdpa_returns_q_dtype(impl, device):
                  rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.graded(SPLIT, points=1)
+@pytest.mark.graded(SPLIT, weight=1)
 def test_split_heads(impl, device):
     x = torch.arange(2 * 3 * 8, device=device).view(2, 3, 8).float()
     heads = impl.split_heads(x, 4)
@@ -131,14 +131,14 @@ def test_split_heads(impl, device):
         f"head 2 of token 0 holds features {got}, expected features 4 and 5 ({x[1, 0, 4:6].tolist()})"
 
 
-@pytest.mark.graded(MERGE, points=1)
+@pytest.mark.graded(MERGE, weight=1)
 def test_merge_heads_inverts_split(impl, device):
     x = randn(2, 5, 12, device=device)
     heads = x.view(2, 5, 3, 4).transpose(1, 2)
     assert_equal(impl.merge_heads(heads), x, "merge_heads(split_heads(x)) != x")
 
 
-@pytest.mark.graded(MHA, points=2, depends=("Exercise 4.2", "Exercise 4.3", "Exercise 4.4", "Exercise 4.5"))
+@pytest.mark.graded(MHA, weight=2, depends=("Exercise 4.2", "Exercise 4.3", "Exercise 4.4", "Exercise 4.5"))
 def test_multi_head_attention_uniform_when_queries_are_zero(impl, device):
     # W_Q = 0 makes every score 0, so causal attention averages the values of positions 0..t
     d, heads, T = 32, 4, 7
@@ -154,7 +154,7 @@ def test_multi_head_attention_uniform_when_queries_are_zero(impl, device):
                  rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.graded(ALIBI, points=1, kind="homework")
+@pytest.mark.graded(ALIBI, weight=1, kind="homework")
 def test_alibi_worked_example(impl):
     bias = impl.alibi_bias(1, 3)
     assert bias.shape == (1, 3, 3), f"alibi_bias(1, 3) has shape {tuple(bias.shape)}, expected (1, 3, 3)"
@@ -163,7 +163,7 @@ def test_alibi_worked_example(impl):
     assert_close(slopes, torch.tensor([2.0 ** -(h + 1) for h in range(8)]), "the slopes of 8 heads (1/2 ... 1/256)")
 
 
-@pytest.mark.graded(PREFIX, points=1, kind="homework")
+@pytest.mark.graded(PREFIX, weight=1, kind="homework")
 def test_prefix_lm_mask_worked_example(impl):
     m = impl.prefix_lm_mask(torch.tensor([2]), torch.tensor([4]), 4)
     assert m.dtype == torch.bool and m.shape == (1, 4, 4), \

@@ -29,12 +29,12 @@ def randn(*shape, seed=0, device="cpu", std=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * std).to(device)
 
 
-@pytest.mark.graded(FREQ, points=1)
+@pytest.mark.graded(FREQ, weight=1)
 def test_inv_freq_worked_example(impl):
     assert_close(impl.rope_inv_freq(8), torch.tensor([1.0, 0.1, 0.01, 0.001]), "rope_inv_freq(8)")
 
 
-@pytest.mark.graded(FREQ, points=1)
+@pytest.mark.graded(FREQ, weight=1)
 def test_inv_freq_matches_transformers(impl):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig as HFConfig
@@ -45,7 +45,7 @@ def test_inv_freq_matches_transformers(impl):
                      f"rope_inv_freq({head_dim}, base={base:g}) vs transformers", rtol=1e-6, atol=0)
 
 
-@pytest.mark.graded(INTER, points=2)
+@pytest.mark.graded(INTER, weight=2)
 def test_interleaved_worked_example(impl):
     out = impl.apply_rope(torch.tensor([Q]), torch.tensor([1]), layout="interleaved")
     expected = [0.018, 0.583, -0.239, 0.378, 0.103, -0.299, 0.600, 0.201]  # the chapter's table
@@ -55,7 +55,7 @@ def test_interleaved_worked_example(impl):
     assert_equal(at_zero, torch.tensor([Q]), "position 0 must not be rotated")
 
 
-@pytest.mark.graded(INTER, points=2)
+@pytest.mark.graded(INTER, weight=2)
 def test_norm_and_relative_position(impl, device):
     q, k = randn(1, 64, seed=2, device=device, std=0.5), randn(1, 64, seed=3, device=device, std=0.5)
     rot = impl.apply_rope(q, torch.tensor([37], device=device), layout="interleaved")
@@ -68,7 +68,7 @@ def test_norm_and_relative_position(impl, device):
                      rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.graded(HALF, points=2)
+@pytest.mark.graded(HALF, weight=2)
 def test_half_matches_transformers(impl, device):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig as HFConfig
@@ -85,7 +85,7 @@ def test_half_matches_transformers(impl, device):
                  "apply_rope(k, layout='half') vs transformers' apply_rotary_pos_emb")
 
 
-@pytest.mark.graded(PERM, points=1)
+@pytest.mark.graded(PERM, weight=1)
 def test_permutation_small_example(impl):
     w = torch.arange(8, dtype=torch.float32)[:, None].expand(8, 3)  # row i holds the number i
     got = impl.interleaved_to_half(w, n_heads=2)[:, 0].tolist()
@@ -93,7 +93,7 @@ def test_permutation_small_example(impl):
         f"rows after interleaved_to_half(2 heads of 4): {got}, expected [0, 2, 1, 3, 4, 6, 5, 7] (per head)"
 
 
-@pytest.mark.graded(PARTIAL, points=1, kind="homework")
+@pytest.mark.graded(PARTIAL, weight=1, kind="homework")
 def test_partial_rope_worked_example(impl):
     x = torch.tensor([[1.0, 0.0, 5.0, 6.0]])
     expected = torch.tensor([[math.cos(1), math.sin(1), 5.0, 6.0]])
@@ -102,7 +102,7 @@ def test_partial_rope_worked_example(impl):
         assert_close(out, expected, f"the docstring's example (layout={layout!r})")
 
 
-@pytest.mark.graded(ROPE2D, points=1, kind="homework")
+@pytest.mark.graded(ROPE2D, weight=1, kind="homework")
 def test_rope_2d_worked_example(impl):
     out = impl.apply_rope_2d(torch.tensor([[1.0, 0.0, 1.0, 0.0]]), torch.tensor([1]), torch.tensor([2]))
     expected = torch.tensor([[math.cos(1), math.sin(1), math.cos(2), math.sin(2)]])

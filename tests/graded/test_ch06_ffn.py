@@ -16,7 +16,7 @@ BACKWARD = "Homework 6.A swiglu_backward"
 PRUNE = "Homework 6.B prune_ffn"
 
 
-@pytest.mark.graded(SILU, points=2)
+@pytest.mark.graded(SILU, weight=2)
 def test_silu_matches_torch(impl, device):
     x = torch.linspace(-20, 20, 4001, device=device)
     assert_close(impl.silu(x), F.silu(x), "silu(x) vs F.silu on [-20, 20]", rtol=1e-6, atol=1e-6)
@@ -24,7 +24,7 @@ def test_silu_matches_torch(impl, device):
     assert impl.silu(xb).dtype == torch.bfloat16, f"silu of bf16 must stay bf16, got {impl.silu(xb).dtype}"
 
 
-@pytest.mark.graded(SILU, points=1)
+@pytest.mark.graded(SILU, weight=1)
 def test_silu_minimum(impl):
     x = torch.linspace(-3, 0, 300001, dtype=torch.float64)
     y = impl.silu(x)
@@ -41,7 +41,7 @@ def mlp_weights(device, dtype, d_model=64, d_ff=176, seed=0):
     return w(d_ff, d_model), w(d_ff, d_model), w(d_model, d_ff)
 
 
-@pytest.mark.graded(SWIGLU, points=3, depends=("Exercise 6.1",))
+@pytest.mark.graded(SWIGLU, weight=3, depends=("Exercise 6.1",))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_swiglu_matches_llama_mlp(impl, device, dtype):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
@@ -66,7 +66,7 @@ def test_swiglu_matches_llama_mlp(impl, device, dtype):
                      atol=0.03 * expected.abs().max().item())
 
 
-@pytest.mark.graded(SWIGLU, points=1, depends=("Exercise 6.1",))
+@pytest.mark.graded(SWIGLU, weight=1, depends=("Exercise 6.1",))
 def test_swiglu_is_position_wise(impl, device):
     w_gate, w_up, w_down = mlp_weights(device, torch.float32, seed=2)
     x = torch.randn(1, 9, 64, generator=torch.Generator().manual_seed(3)).to(device)
@@ -75,7 +75,7 @@ def test_swiglu_is_position_wise(impl, device):
                  "swiglu must act on each position separately: permuting the positions must permute the output")
 
 
-@pytest.mark.graded(BACKWARD, points=1, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=1, kind="homework")
 def test_swiglu_backward_worked_example(impl):
     one = torch.ones(1, 1)
     grads = impl.swiglu_backward(one, one, one, one, one)
@@ -84,7 +84,7 @@ def test_swiglu_backward_worked_example(impl):
         assert_close(got, torch.tensor([[expected]]), f"the docstring's grad_{name}", rtol=0, atol=1e-4)
 
 
-@pytest.mark.graded(PRUNE, points=1, kind="homework")
+@pytest.mark.graded(PRUNE, weight=1, kind="homework")
 def test_prune_ffn_worked_example(impl):
     out = impl.prune_ffn(torch.tensor([[10.0], [10.0], [10.0]]), torch.tensor([[1.0], [3.0], [2.0]]),
                          torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[1.0]]), 2)

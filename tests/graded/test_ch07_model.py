@@ -39,7 +39,7 @@ def hf_model(tie=False, n_kv_heads=2, seed=0):
     return model, course
 
 
-@pytest.mark.graded(BLOCK, points=4)
+@pytest.mark.graded(BLOCK, weight=4)
 @pytest.mark.parametrize("n_kv_heads", [4, 2], ids=["mha", "gqa"])
 def test_block_matches_transformers(impl, n_kv_heads):
     model, config = hf_model(n_kv_heads=n_kv_heads)
@@ -56,7 +56,7 @@ def test_block_matches_transformers(impl, n_kv_heads):
                  f"llama_block ({'MHA' if n_kv_heads == 4 else 'GQA'}) vs transformers' LlamaDecoderLayer", **TOL)
 
 
-@pytest.mark.graded(FORWARD, points=4, depends=("Exercise 7.1",))
+@pytest.mark.graded(FORWARD, weight=4, depends=("Exercise 7.1",))
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_forward_matches_transformers(impl, tie):
     model, config = hf_model(tie=tie, seed=2)
@@ -72,7 +72,7 @@ def test_forward_matches_transformers(impl, tie):
                  **TOL)
 
 
-@pytest.mark.graded(NAMES, points=2)
+@pytest.mark.graded(NAMES, weight=2)
 def test_name_map(impl):
     from llama_course.model import Llama
 
@@ -87,7 +87,7 @@ def test_name_map(impl):
                                       f"names it does not know: {extra[:4]}"
 
 
-@pytest.mark.graded(PARALLEL, points=1, kind="homework")
+@pytest.mark.graded(PARALLEL, weight=1, kind="homework")
 def test_parallel_block_zero_weights_is_identity(impl):
     _, config = hf_model()
     zeros = {f"self_attn.{n}_proj.weight": torch.zeros(64 if n in "qo" else 32, 64) for n in "qkvo"}
@@ -100,7 +100,7 @@ def test_parallel_block_zero_weights_is_identity(impl):
     assert_close(out, x, "with every projection zero the parallel block must return x", rtol=0, atol=1e-6)
 
 
-@pytest.mark.graded(LENS, points=1, kind="homework")
+@pytest.mark.graded(LENS, weight=1, kind="homework")
 def test_logit_lens_shape_and_row_zero(impl):
     model, config = hf_model(seed=6)
     state = {name: t.detach().clone() for name, t in model.state_dict().items()}

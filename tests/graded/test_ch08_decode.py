@@ -40,7 +40,7 @@ def model_ids_and_logits(seed, batch, length, config=CONFIG):
         return m, ids, m(ids)
 
 
-@pytest.mark.graded(UPDATE, points=2)
+@pytest.mark.graded(UPDATE, weight=2)
 def test_update_writes_in_place_and_returns_everything(impl):
     cache = impl.KVCache(CONFIG, 2, 8)
     k1, v1 = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 3, 8)
@@ -68,7 +68,7 @@ def test_update_writes_in_place_and_returns_everything(impl):
         cache.update(1, torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
 
 
-@pytest.mark.graded(UPDATE, points=2)
+@pytest.mark.graded(UPDATE, weight=2)
 def test_your_cache_reproduces_the_full_forward(impl):
     m, ids, full = model_ids_and_logits(1, 2, 10)
     cache = impl.KVCache(CONFIG, 2, 10)
@@ -78,7 +78,7 @@ def test_your_cache_reproduces_the_full_forward(impl):
                  "forward pass without a cache")
 
 
-@pytest.mark.graded(STEP, points=2, depends=("Exercise 8.1",))
+@pytest.mark.graded(STEP, weight=2, depends=("Exercise 8.1",))
 def test_decode_step(impl):
     m, ids, full = model_ids_and_logits(3, 1, 9)
     cache = impl.KVCache(CONFIG, 1, 9)
@@ -89,7 +89,7 @@ def test_decode_step(impl):
         assert_close(impl.decode_step(m, ids[:, t:t + 1], cache), full[:, t], f"decode_step at position {t}")
 
 
-@pytest.mark.graded(GREEDY, points=3, depends=("Exercise 8.1", "Exercise 8.2"))
+@pytest.mark.graded(GREEDY, weight=3, depends=("Exercise 8.1", "Exercise 8.2"))
 def test_greedy_matches_transformers(impl, hf_llama_and_ours):
     # the same sizes as CONFIG; no EOS in the fixture: all 12 new tokens are compared
     hf, ours = hf_llama_and_ours(seed=5, std=0.3, vocab_size=61, hidden_size=32, num_hidden_layers=2,
@@ -102,7 +102,7 @@ def test_greedy_matches_transformers(impl, hf_llama_and_ours):
                  "greedy_generate (prompt + 12 tokens) vs transformers' generate(do_sample=False)")
 
 
-@pytest.mark.graded(GREEDY, points=1, depends=("Exercise 8.1", "Exercise 8.2"))
+@pytest.mark.graded(GREEDY, weight=1, depends=("Exercise 8.1", "Exercise 8.2"))
 def test_greedy_uses_the_models_config_and_dtype(impl):
     other = LlamaConfig(vocab_size=50, d_model=48, n_layers=3, n_heads=6, n_kv_heads=1, d_ff=64, max_seq_len=32)
     m, ids, _ = model_ids_and_logits(7, 2, 4, config=other)
@@ -146,7 +146,7 @@ def _check_top_p(impl, logits, top_p):
                 raise AssertionError(f"row {row}: kept token {t} but changed its logit")
 
 
-@pytest.mark.graded(TOP_P, points=2)
+@pytest.mark.graded(TOP_P, weight=2)
 def test_top_p_matches_transformers(impl):
     transformers = pytest.importorskip("transformers")
     logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(6)) * 3
@@ -156,7 +156,7 @@ def test_top_p_matches_transformers(impl):
                      f"top_p={top_p}: which tokens are removed (True = -inf), vs transformers' TopPLogitsWarper")
 
 
-@pytest.mark.graded(TOP_P, points=1)
+@pytest.mark.graded(TOP_P, weight=1)
 def test_top_p_hand_example_and_ties(impl):
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).log_softmax(-1)  # probabilities roughly .64 .24 .09 .03
     _check_top_p(impl, logits, 0.8)                                  # .64 < .8 <= .64 + .24: keep two
@@ -165,7 +165,7 @@ def test_top_p_hand_example_and_ties(impl):
     _check_top_p(impl, torch.tensor([[0.0, 3.0, 3.0, 0.0, 3.0]]), 0.4)
 
 
-@pytest.mark.graded(BYTES, points=2)
+@pytest.mark.graded(BYTES, weight=2)
 def test_kv_cache_bytes(impl):
     llama2 = PRESETS["llama2-7b"]
     for args, kwargs, expected, what in (
@@ -178,21 +178,21 @@ def test_kv_cache_bytes(impl):
         assert got == expected, f"{what}: got {got:,} bytes, expected {expected:,} (keys AND values, every layer)"
 
 
-@pytest.mark.graded(BEAM, points=1, kind="homework")
+@pytest.mark.graded(BEAM, weight=1, kind="homework")
 def test_beam_search_worked_example(impl):
     model = ConstantLogits(torch.tensor([0.0, 2.0, 1.0, -1.0]))
     out = impl.beam_search(model, torch.tensor([[3, 0]]), num_beams=2, max_new_tokens=3)
     assert out.tolist() == [[3, 0, 1, 1, 1]], f"the docstring's example: got {out.tolist()}, expected [[3, 0, 1, 1, 1]]"
 
 
-@pytest.mark.graded(SPEC, points=1, kind="homework")
+@pytest.mark.graded(SPEC, weight=1, kind="homework")
 def test_speculative_accept_worked_example(impl):
     target = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.0, 0.0, 1.0]])
     out = impl.speculative_accept(target[:2], target, torch.tensor([1, 2]), torch.Generator().manual_seed(0))
     assert out == [1, 2, 2], f"draft == target: both drafts accepted, then the bonus token 2; got {out}"
 
 
-@pytest.mark.graded(MIN_P, points=1, kind="homework")
+@pytest.mark.graded(MIN_P, weight=1, kind="homework")
 def test_min_p_worked_example(impl):
     logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
     kept = (~impl.min_p_filter(logits, 0.2).isinf()).tolist()

@@ -24,7 +24,7 @@ def randn(*shape, seed=0, device="cpu"):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
 
 
-@pytest.mark.graded(REPEAT, points=2)
+@pytest.mark.graded(REPEAT, weight=2)
 def test_repeat_kv_matches_transformers(impl, device):
     modeling_llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     x = randn(2, 3, 5, 4, device=device)
@@ -36,7 +36,7 @@ def test_repeat_kv_matches_transformers(impl, device):
         f"repeat_kv of KV heads [0, 1] with n_rep=3 gave heads {out}; KV head j must serve query heads 3j .. 3j+2"
 
 
-@pytest.mark.graded(GQA, points=3)
+@pytest.mark.graded(GQA, weight=3)
 @pytest.mark.parametrize("n_kv_heads", [8, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_gqa_attention_equals_repeat_then_attend(impl, device, n_kv_heads):
     q = randn(2, 8, 6, 16, seed=1, device=device)
@@ -54,7 +54,7 @@ def test_gqa_attention_equals_repeat_then_attend(impl, device, n_kv_heads):
                  f"gqa_attention ({n_kv_heads} KV heads) with a (B, 1, T, S) padding mask vs repeat-then-attend")
 
 
-@pytest.mark.graded(GQA, points=1)
+@pytest.mark.graded(GQA, weight=1)
 def test_gqa_attention_does_not_copy_kv(impl, impl_source):
     q, k, v = randn(1, 4, 3, 8, seed=4), randn(1, 2, 3, 8, seed=5), randn(1, 2, 3, 8, seed=6)
     expected = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
@@ -64,7 +64,7 @@ def test_gqa_attention_does_not_copy_kv(impl, impl_source):
         assert forbidden not in body, f"gqa_attention must not use {forbidden}"
 
 
-@pytest.mark.graded(POOL, points=2)
+@pytest.mark.graded(POOL, weight=2)
 def test_mha_to_gqa(impl):
     d, heads, hd = 8, 4, 2
     weights = {name: randn(heads * hd, d, seed=i) for i, name in enumerate(("q_proj.weight", "k_proj.weight",
@@ -82,7 +82,7 @@ def test_mha_to_gqa(impl):
     assert_equal(pooled["o_proj.weight"], weights["o_proj.weight"], "o_proj must be unchanged")
 
 
-@pytest.mark.graded(INT8, points=1, kind="homework")
+@pytest.mark.graded(INT8, weight=1, kind="homework")
 def test_int8_cache_worked_example(impl):
     from llama_course import LlamaConfig
     config = LlamaConfig(vocab_size=10, d_model=12, n_layers=1, n_heads=4, n_kv_heads=1)   # head_dim 3
@@ -96,7 +96,7 @@ def test_int8_cache_worked_example(impl):
     assert_close(keys, x, "the dequantised keys of the example", rtol=0, atol=1e-6)
 
 
-@pytest.mark.graded(RAGGED, points=1, kind="homework")
+@pytest.mark.graded(RAGGED, weight=1, kind="homework")
 def test_ragged_attention_worked_example(impl):
     q, k, v = randn(2, 2, 1, 4, seed=7), randn(2, 1, 4, 4, seed=8), randn(2, 1, 4, 4, seed=9)
     out = impl.ragged_attention(q, k, v, torch.tensor([4, 2]))

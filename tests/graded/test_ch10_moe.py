@@ -33,7 +33,7 @@ def mixtral_block(seed=0, experts=4, top_k=2):
     return block
 
 
-@pytest.mark.graded(ROUTE, points=2)
+@pytest.mark.graded(ROUTE, weight=2)
 def test_route_topk_matches_mixtral_router(impl):
     block = mixtral_block()
     x = torch.randn(7, 16, generator=torch.Generator().manual_seed(1))
@@ -45,7 +45,7 @@ def test_route_topk_matches_mixtral_router(impl):
     assert_close(weights.sum(-1), torch.ones(7), "normalised routing weights must sum to 1 for every token")
 
 
-@pytest.mark.graded(ROUTE, points=1)
+@pytest.mark.graded(ROUTE, weight=1)
 def test_route_topk_unnormalised_and_bad_k(impl):
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
     weights, indices = impl.route_topk(logits, 2, normalize=False)
@@ -58,7 +58,7 @@ def test_route_topk_unnormalised_and_bad_k(impl):
         impl.route_topk(logits, 0)
 
 
-@pytest.mark.graded(ROUTE, points=1)
+@pytest.mark.graded(ROUTE, weight=1)
 def test_route_topk_returns_float32_and_int64(impl):
     logits = torch.randn(5, 8, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
     weights, indices = impl.route_topk(logits, 3)
@@ -77,7 +77,7 @@ def expert_weights(block):
     return out
 
 
-@pytest.mark.graded(MOE, points=3, depends=("Exercise 10.1",))
+@pytest.mark.graded(MOE, weight=3, depends=("Exercise 10.1",))
 def test_moe_forward_matches_mixtral_block(impl):
     block = mixtral_block(seed=2)
     x = torch.randn(9, 16, generator=torch.Generator().manual_seed(3))
@@ -87,7 +87,7 @@ def test_moe_forward_matches_mixtral_block(impl):
     assert_close(out, expected, "moe_forward vs transformers' MixtralSparseMoeBlock")
 
 
-@pytest.mark.graded(LOSS, points=3)
+@pytest.mark.graded(LOSS, weight=3)
 def test_load_balancing_loss_matches_transformers(impl):
     g = torch.Generator().manual_seed(5)
     layers = tuple(torch.randn(12, 8, generator=g) * 2 for _ in range(3))
@@ -100,7 +100,7 @@ def test_load_balancing_loss_matches_transformers(impl):
     assert got == pytest.approx(4.0), f"every token on one expert of 4 must give E * 1 * 1 = 4, got {got}"
 
 
-@pytest.mark.graded(CHOICE, points=1, kind="homework")
+@pytest.mark.graded(CHOICE, weight=1, kind="homework")
 def test_expert_choice_worked_example(impl):
     d, f = 2, 6
     g = torch.Generator().manual_seed(10)
@@ -115,7 +115,7 @@ def test_expert_choice_worked_example(impl):
     assert_close(out[1], expected, "token 1 = 0.9 * expert 0(x[1]) (expert 0 takes token 1 only)")
 
 
-@pytest.mark.graded(DISPATCH, points=1, kind="homework")
+@pytest.mark.graded(DISPATCH, weight=1, kind="homework")
 def test_priority_dispatch_worked_example(impl):
     weights, indices = torch.tensor([[0.6, 0.4], [0.9, 0.1]]), torch.tensor([[0, 1], [0, 1]])
     slots, dropped = impl.priority_dispatch(weights, indices, 2, 1)

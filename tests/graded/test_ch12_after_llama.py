@@ -25,7 +25,7 @@ def randn(*shape, seed=0, device="cpu", scale=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(device)
 
 
-@pytest.mark.graded(BAND, points=2)
+@pytest.mark.graded(BAND, weight=2)
 def test_banded_mask_matches_transformers(impl, device):
     from transformers.masking_utils import sliding_window_causal_mask_function
     for q_len, window, kv_len in [(7, 3, None), (1, 4, 9), (3, 2, 8), (5, 9, None)]:
@@ -50,7 +50,7 @@ def naive_mla(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, scale, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-@pytest.mark.graded(ABSORB, points=3)
+@pytest.mark.graded(ABSORB, weight=3)
 @pytest.mark.parametrize("q_len", [1, 5], ids=["decode", "prefill"])
 def test_mla_absorbed_equals_naive(impl, device, q_len):
     B, H, S, d_n, d_r, d_v, r = 2, 4, 5, 12, 8, 10, 16
@@ -65,7 +65,7 @@ def test_mla_absorbed_equals_naive(impl, device, q_len):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.graded(GROUPS, points=2)
+@pytest.mark.graded(GROUPS, weight=2)
 def test_group_limited_topk_matches_transformers(impl):
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
     for n_experts, n_group, topk_group, top_k, seed in [(16, 4, 2, 4, 0), (8, 4, 3, 2, 1), (12, 3, 1, 3, 2)]:
@@ -81,7 +81,7 @@ def test_group_limited_topk_matches_transformers(impl):
         assert torch.equal(got.sort(-1).values, expected.sort(-1).values), f"E={n_experts}, groups={n_group}"
 
 
-@pytest.mark.graded(SINK, points=1, kind="homework")
+@pytest.mark.graded(SINK, weight=1, kind="homework")
 def test_attention_sink_mask_worked_example(impl):
     T, F_ = True, False
     expected = torch.tensor([[T, F_, F_, F_, F_], [T, T, F_, F_, F_], [T, T, T, F_, F_],
@@ -91,7 +91,7 @@ def test_attention_sink_mask_worked_example(impl):
     assert torch.equal(got, expected)
 
 
-@pytest.mark.graded(BALANCE, points=1, kind="homework")
+@pytest.mark.graded(BALANCE, weight=1, kind="homework")
 def test_sequence_balance_loss_worked_example(impl):
     scores = torch.tensor([[1.0, 1.0, 2.0], [2.0, 1.0, 1.0]])
     loss = impl.sequence_balance_loss(scores, torch.tensor([[2], [0]]), 3, 1.0)

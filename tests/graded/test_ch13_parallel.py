@@ -19,7 +19,7 @@ BUBBLE = "Homework 13.A pipeline_bubble_fraction"
 A2A = "Homework 13.B all_to_all_counts"
 
 
-@pytest.mark.graded(MEMORY, points=2)
+@pytest.mark.graded(MEMORY, weight=2)
 def test_memory_matches_the_zero_paper(impl):
     gb = 1e9
     published = {"ddp": 120, "zero1": 31.4, "zero2": 16.6, "zero3": 1.88}
@@ -28,7 +28,7 @@ def test_memory_matches_the_zero_paper(impl):
         assert got == pytest.approx(expected, abs=0.05), f"{strategy}: {got:.3f} GB per GPU, paper {expected}"
 
 
-@pytest.mark.graded(MEMORY, points=1)
+@pytest.mark.graded(MEMORY, weight=1)
 def test_memory_without_mixed_precision_and_bad_input(impl):
     # float32: 4 + 4 + 8 bytes per parameter, nothing split on one GPU
     assert impl.memory_per_gpu(1000, 1, "ddp", mixed_precision=False) == pytest.approx(16000)
@@ -40,7 +40,7 @@ def test_memory_without_mixed_precision_and_bad_input(impl):
         impl.memory_per_gpu(1000, 0)
 
 
-@pytest.mark.graded(COMM, points=2)
+@pytest.mark.graded(COMM, weight=2)
 def test_communication_by_hand(impl):
     # 4 GPUs, 1000 bf16 values: a ring all-reduce sends 2 * 3/4 * 1000 * 2 bytes per rank
     assert impl.communication_bytes(1000, 4, "ddp") == pytest.approx(3000)
@@ -59,7 +59,7 @@ def swiglu_weights(seed=0, d=8, d_ff=12):
             torch.randn(d_ff, d, generator=g) * 0.3, torch.randn(d, d_ff, generator=g) * 0.3)
 
 
-@pytest.mark.graded(TP, points=2)
+@pytest.mark.graded(TP, weight=2)
 def test_partials_add_up_to_swiglu(impl):
     x, w_gate, w_up, w_down = swiglu_weights()
     expected = (F.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
@@ -70,7 +70,7 @@ def test_partials_add_up_to_swiglu(impl):
         torch.testing.assert_close(sum(partials), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.graded(TP, points=1)
+@pytest.mark.graded(TP, weight=1)
 def test_each_rank_reads_only_its_slices(impl):
     x, w_gate, w_up, w_down = swiglu_weights(1)
     before = impl.tensor_parallel_swiglu(x, w_gate, w_up, w_down, 2)
@@ -83,7 +83,7 @@ def test_each_rank_reads_only_its_slices(impl):
         impl.tensor_parallel_swiglu(x, w_gate, w_up, w_down, 5)
 
 
-@pytest.mark.graded(BUBBLE, points=1, kind="homework")
+@pytest.mark.graded(BUBBLE, weight=1, kind="homework")
 def test_pipeline_bubble_worked_example(impl):
     # the chapter's example: one stage has no bubble
     assert impl.pipeline_bubble_fraction(1, 8) == pytest.approx(0.0)
@@ -92,7 +92,7 @@ def test_pipeline_bubble_worked_example(impl):
     assert impl.pipeline_bubble_fraction(3, 4) == pytest.approx(1 / 3)
 
 
-@pytest.mark.graded(A2A, points=1, kind="homework")
+@pytest.mark.graded(A2A, weight=1, kind="homework")
 def test_all_to_all_worked_example(impl):
     # 2 ranks, 4 experts (rank 0: experts 0-1, rank 1: experts 2-3), 2 tokens each, top-1
     ids = torch.tensor([[[0], [3]], [[2], [2]]])

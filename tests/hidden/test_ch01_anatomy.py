@@ -43,7 +43,7 @@ SMALL = [   # the public tests' small configs, and one more with QK-norm and a w
 ]
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 @pytest.mark.parametrize("config", SMALL, ids=["mha", "gqa", "mqa-tied", "moe", "qwen3-like"])
 def test_count_parameters_matches_real_layers(impl, config):
     got, real = impl.count_parameters(config)["total"], _torch_count(config)
@@ -52,7 +52,7 @@ def test_count_parameters_matches_real_layers(impl, config):
 
 
 
-@pytest.mark.graded(COUNT, points=1)
+@pytest.mark.graded(COUNT, weight=1)
 def test_count_parameters_active_drops_only_the_unused_experts(impl):
     config = SMALL[3]
     with torch.device("meta"):

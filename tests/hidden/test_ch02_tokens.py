@@ -57,7 +57,7 @@ def naive_bpe(text, vocab_size, pattern):
     return merges
 
 
-@pytest.mark.graded(TRAIN, points=3, depends=("Exercise 2.1", "Exercise 2.2"))
+@pytest.mark.graded(TRAIN, weight=3, depends=("Exercise 2.1", "Exercise 2.2"))
 def test_train_bpe_matches_the_definition(impl):
     tokenizer = impl.train_bpe(TEXT, 256 + 60)
     got, expected = [tuple(m) for m in tokenizer.merges], naive_bpe(TEXT, 256 + 60, GPT2_PATTERN)
@@ -82,7 +82,7 @@ BERTISH = {"un", "##aff", "##able", "a", "##ff", "##a", "play", "##ing", "##in",
            "token", "##izer", "##ize", "##r", "to", "##ken", "中", "##文", "é", "##é", "x", "##x"}
 
 
-@pytest.mark.graded(WORDPIECE, points=3, kind="homework")
+@pytest.mark.graded(WORDPIECE, weight=3, kind="homework")
 def test_wordpiece_matches_huggingface_tokenizers(impl):
     pytest.importorskip("tokenizers")
     oracle = _oracle(BERTISH)
@@ -94,7 +94,7 @@ def test_wordpiece_matches_huggingface_tokenizers(impl):
         assert got == expected, f"wordpiece_tokenize({word!r}) = {got}, expected {expected} (greedy longest match)"
 
 
-@pytest.mark.graded(WORDPIECE, points=2, kind="homework")
+@pytest.mark.graded(WORDPIECE, weight=2, kind="homework")
 def test_wordpiece_random_words_against_huggingface(impl):
     pytest.importorskip("tokenizers")
     rng = random.Random(0)
@@ -109,7 +109,7 @@ def test_wordpiece_random_words_against_huggingface(impl):
         assert got == expected, f"vocab {sorted(vocab)}: wordpiece_tokenize({word!r}) = {got}, expected {expected}"
 
 
-@pytest.mark.graded(WORDPIECE, points=2, kind="homework")
+@pytest.mark.graded(WORDPIECE, weight=2, kind="homework")
 def test_wordpiece_edge_cases(impl):
     vocab = {"ab": 0, "##c": 1, "a": 2, "##bc": 3}                       # a dict vocabulary: its keys
     assert impl.wordpiece_tokenize("abc", vocab) == ["ab", "##c"], "'abc': the longest FIRST piece 'ab' wins"
@@ -131,7 +131,7 @@ def _torch_loss(logits, ids, smoothing, ignore_index):
                            label_smoothing=smoothing, ignore_index=ignore_index)
 
 
-@pytest.mark.graded(SMOOTH, points=2, kind="homework")
+@pytest.mark.graded(SMOOTH, weight=2, kind="homework")
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.35])
 def test_smoothed_loss_matches_torch(impl, device, smoothing):
     g = torch.Generator().manual_seed(3)
@@ -150,7 +150,7 @@ def test_smoothed_loss_matches_torch(impl, device, smoothing):
                  check_dtype=False)
 
 
-@pytest.mark.graded(SMOOTH, points=2, kind="homework")
+@pytest.mark.graded(SMOOTH, weight=2, kind="homework")
 def test_smoothed_loss_dtypes_stability_and_errors(impl):
     g = torch.Generator().manual_seed(4)
     logits = torch.randn(2, 6, 9, generator=g, dtype=torch.float64) * 2000      # needs a stable log-softmax

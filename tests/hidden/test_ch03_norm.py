@@ -34,7 +34,7 @@ def _function(impl, eps):
     return Fn.apply
 
 
-@pytest.mark.graded(BACKWARD, points=2, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=2, kind="homework")
 @pytest.mark.parametrize("shape", [(5, 6), (2, 3, 8)], ids=["2d", "3d"])
 def test_rms_norm_backward_passes_gradcheck(impl, shape):
     g = torch.Generator().manual_seed(0)
@@ -48,7 +48,7 @@ def test_rms_norm_backward_passes_gradcheck(impl, shape):
         raise AssertionError(f"rms_norm_backward disagrees with finite differences ({first})") from None
 
 
-@pytest.mark.graded(BACKWARD, points=2, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=2, kind="homework")
 def test_rms_norm_backward_matches_autograd_float32(impl, device):
     g = torch.Generator().manual_seed(1)
     x = (torch.randn(4, 7, 64, generator=g) * 3 + 0.5).to(device).requires_grad_()
@@ -63,7 +63,7 @@ def test_rms_norm_backward_matches_autograd_float32(impl, device):
     assert_close(grad_x, x.grad, "grad_x vs autograd of F.rms_norm", rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.graded(BACKWARD, points=2, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=2, kind="homework")
 def test_rms_norm_backward_dtypes_and_no_autograd(impl, impl_source):
     g = torch.Generator().manual_seed(2)
     x = (torch.randn(3, 16, generator=g) * 2).to(torch.bfloat16)
@@ -94,7 +94,7 @@ def _hf(tie, seed):
     return transformers, model
 
 
-@pytest.mark.graded(FOLD, points=3, kind="homework")
+@pytest.mark.graded(FOLD, weight=3, kind="homework")
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_folded_model_gives_the_same_logits(impl, tie):
     transformers, model = _hf(tie, seed=3)
@@ -119,7 +119,7 @@ def test_folded_model_gives_the_same_logits(impl, tie):
     assert_close(got, expected, "logits of the folded model vs the original", rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.graded(FOLD, points=2, kind="homework")
+@pytest.mark.graded(FOLD, weight=2, kind="homework")
 def test_fold_keeps_dtypes_and_untouched_tensors(impl):
     _, model = _hf(False, seed=5)
     state = {k: v.detach().clone().to(torch.bfloat16) for k, v in model.state_dict().items()}

@@ -33,7 +33,7 @@ def torch_mha(x, w_q, w_k, w_v, w_o, n_heads, allowed):
     return out
 
 
-@pytest.mark.graded(MHA, points=3, depends=("Exercise 4.2", "Exercise 4.3", "Exercise 4.4", "Exercise 4.5"))
+@pytest.mark.graded(MHA, weight=3, depends=("Exercise 4.2", "Exercise 4.3", "Exercise 4.4", "Exercise 4.5"))
 def test_multi_head_attention_matches_torch(impl, device):
     d, heads, T = 32, 4, 7
     x = randn(2, T, d, seed=8, device=device)
@@ -54,7 +54,7 @@ def bloom_slopes(n_heads):
     return alibi[:, 0, 1]                                                  # m_h * (key position 1)
 
 
-@pytest.mark.graded(ALIBI, points=1, kind="homework")
+@pytest.mark.graded(ALIBI, weight=1, kind="homework")
 @pytest.mark.parametrize("n_heads", [1, 3, 6, 8, 12, 20])
 def test_alibi_slopes_match_bloom(impl, n_heads):
     bias = impl.alibi_bias(n_heads, 4, 4, dtype=torch.float64)
@@ -63,7 +63,7 @@ def test_alibi_slopes_match_bloom(impl, n_heads):
                  f"the {n_heads} slopes (bias one key back, negated) vs BLOOM's ALiBi", rtol=1e-6, atol=0)
 
 
-@pytest.mark.graded(ALIBI, points=2, kind="homework")
+@pytest.mark.graded(ALIBI, weight=2, kind="homework")
 def test_alibi_gives_bloom_attention_and_decode_rows(impl, device):
     bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
     H, T = 6, 7
@@ -94,7 +94,7 @@ def definition(prefix_lens, lengths, T):
     return out
 
 
-@pytest.mark.graded(PREFIX, points=5, kind="homework")
+@pytest.mark.graded(PREFIX, weight=5, kind="homework")
 def test_prefix_lm_mask_matches_the_definition(impl, device):
     g = torch.Generator().manual_seed(0)
     for T in (1, 5, 9):
@@ -112,7 +112,7 @@ def test_prefix_lm_mask_matches_the_definition(impl, device):
                          f"row {b} (prefix {prefix[b].item()}, length {lengths[b].item()}, seq_len {T})")
 
 
-@pytest.mark.graded(PREFIX, points=2, kind="homework")
+@pytest.mark.graded(PREFIX, weight=2, kind="homework")
 def test_prefix_never_sees_the_suffix(impl):
     T, P = 8, 3
     mask = impl.prefix_lm_mask(torch.tensor([P]), torch.tensor([T]), T)

@@ -43,7 +43,7 @@ def _half_rope(x, positions, base=10000.0):
     return x * cos + rotate_half * sin
 
 
-@pytest.mark.graded(INTER, points=2)
+@pytest.mark.graded(INTER, weight=2)
 def test_interleaved_matches_complex_formulation(impl, device):
     x = randn(2, 4, 9, 16, seed=1, device=device, std=0.5)
     positions = torch.tensor([0, 1, 2, 3, 5, 8, 13, 100, 4095], device=device)
@@ -59,7 +59,7 @@ def test_interleaved_matches_complex_formulation(impl, device):
                  "interleaved RoPE with (batch, seq) positions, row 0, base 5e5", rtol=0, atol=2e-4)
 
 
-@pytest.mark.graded(PERM, points=2)
+@pytest.mark.graded(PERM, weight=2)
 def test_permutation_gives_identical_attention_scores(impl, device):
     n_heads, head_dim, d = 4, 16, 64
     w_q = randn(n_heads * head_dim, d, seed=6, device=device, std=0.2)
@@ -89,7 +89,7 @@ def neox_oracle(x, positions, rotary_dim, base):
     return neox.apply_rotary_pos_emb(x, x, cos, sin)[0]
 
 
-@pytest.mark.graded(PARTIAL, points=2, kind="homework")
+@pytest.mark.graded(PARTIAL, weight=2, kind="homework")
 @pytest.mark.parametrize("rotary_dim", [8, 16, 32], ids=["quarter", "half", "full"])
 def test_partial_rope_matches_gpt_neox(impl, device, rotary_dim):
     x = randn(2, 3, 6, 32, seed=1, device=device, std=0.5)
@@ -107,7 +107,7 @@ def test_partial_rope_matches_gpt_neox(impl, device, rotary_dim):
                  "(seq,) positions and base 500 vs GPT-NeoX (speeds base^(-2k/rotary_dim))", rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.graded(PARTIAL, points=2, kind="homework")
+@pytest.mark.graded(PARTIAL, weight=2, kind="homework")
 def test_partial_rope_matches_gpt_j(impl):
     gptj = pytest.importorskip("transformers.models.gptj.modeling_gptj")
     x = randn(2, 4, 7, 24, seed=2, std=0.5)                                 # (B, H, T, d)
@@ -121,7 +121,7 @@ def test_partial_rope_matches_gpt_j(impl):
                  "apply_partial_rope(rotary_dim=16, interleaved) vs GPT-J", rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.graded(PARTIAL, points=1, kind="homework")
+@pytest.mark.graded(PARTIAL, weight=1, kind="homework")
 def test_partial_rope_dtype_and_errors(impl):
     x = randn(1, 2, 5, 16, seed=3, std=0.5).to(torch.bfloat16)
     out = impl.apply_partial_rope(x, torch.arange(5), 8)
@@ -135,7 +135,7 @@ def test_partial_rope_dtype_and_errors(impl):
         impl.apply_partial_rope(x, torch.arange(5), 8, layout="neox")
 
 
-@pytest.mark.graded(ROPE2D, points=4, kind="homework")
+@pytest.mark.graded(ROPE2D, weight=4, kind="homework")
 def test_rope_2d_is_two_complex_ropes(impl, device):
     x = randn(2, 3, 12, 32, seed=4, device=device, std=0.5)
     rows = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 9, 40], device=device)
@@ -148,7 +148,7 @@ def test_rope_2d_is_two_complex_ropes(impl, device):
                  "second half (columns) vs the complex formulation", rtol=0, atol=1e-5)
 
 
-@pytest.mark.graded(ROPE2D, points=3, kind="homework")
+@pytest.mark.graded(ROPE2D, weight=3, kind="homework")
 def test_rope_2d_scores_depend_on_offsets_only(impl):
     q, k = randn(1, 16, seed=5, std=0.5), randn(1, 16, seed=6, std=0.5)
 

@@ -27,7 +27,7 @@ def autograd_grads(x, w_gate, w_up, w_down, dy):
     return [t.grad for t in leaves]
 
 
-@pytest.mark.graded(BACKWARD, points=3, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=3, kind="homework")
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_swiglu_backward_matches_autograd(impl, device, dtype):
     w_gate, w_up, w_down = (w.to(device) for w in weights(16, 40, seed=0, dtype=dtype))
@@ -42,7 +42,7 @@ def test_swiglu_backward_matches_autograd(impl, device, dtype):
         assert_close(a, e, f"{name} ({dtype}, x of shape (3, 5, 16)) vs autograd", **tol)
 
 
-@pytest.mark.graded(BACKWARD, points=3, kind="homework")
+@pytest.mark.graded(BACKWARD, weight=3, kind="homework")
 def test_swiglu_backward_large_preactivations_and_no_autograd(impl, impl_source):
     w_gate, w_up, w_down = weights(8, 12, seed=2, dtype=torch.float64, std=3.0)   # SiLU far into both tails
     x = torch.randn(7, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
@@ -68,7 +68,7 @@ def contributions(x, w_gate, w_up, w_down):
     return torch.stack(out, dim=1)
 
 
-@pytest.mark.graded(PRUNE, points=4, kind="homework")
+@pytest.mark.graded(PRUNE, weight=4, kind="homework")
 def test_prune_ffn_keeps_the_most_important_units(impl):
     w_gate, w_up, w_down = weights(12, 30, seed=5)
     w_down = w_down * torch.linspace(0.2, 3.0, 30)[None, :]                     # column norms matter too
@@ -91,7 +91,7 @@ def test_prune_ffn_keeps_the_most_important_units(impl):
                      f"keep={keep}: full FFN - pruned FFN must be the dropped units' contributions", atol=1e-4)
 
 
-@pytest.mark.graded(PRUNE, points=3, kind="homework")
+@pytest.mark.graded(PRUNE, weight=3, kind="homework")
 def test_prune_ffn_ties_dtype_and_errors(impl):
     w_gate, w_up, w_down = weights(6, 4, seed=7)
     w_gate = torch.cat([w_gate, w_gate[1:2], w_gate[1:2]])                   # units 4 and 5 duplicate unit 1

@@ -17,7 +17,7 @@ PARALLEL = "Homework 7.A parallel_block"
 LENS = "Homework 7.B logit_lens"
 
 
-@pytest.mark.graded(PARALLEL, points=2, kind="homework")
+@pytest.mark.graded(PARALLEL, weight=2, kind="homework")
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_parallel_block_matches_transformers_modules(impl, n_kv_heads):
     model, config = hf_model(n_kv_heads=n_kv_heads, seed=11)
@@ -36,7 +36,7 @@ def test_parallel_block_matches_transformers_modules(impl, n_kv_heads):
                  **TOL)
 
 
-@pytest.mark.graded(PARALLEL, points=2, kind="homework")
+@pytest.mark.graded(PARALLEL, weight=2, kind="homework")
 def test_parallel_block_is_causal_and_keeps_dtype(impl):
     model, config = hf_model(seed=13)
     weights = {n: p.detach().clone() for n, p in model.model.layers[1].state_dict().items()
@@ -53,7 +53,7 @@ def test_parallel_block_is_causal_and_keeps_dtype(impl):
     assert half.dtype == torch.bfloat16, f"bf16 input must give a bf16 output, got {half.dtype}"
 
 
-@pytest.mark.graded(LENS, points=4, kind="homework", depends=("Exercise 7.1",))
+@pytest.mark.graded(LENS, weight=4, kind="homework", depends=("Exercise 7.1",))
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 def test_logit_lens_matches_transformers_hidden_states(impl, tie):
     model, config = hf_model(tie=tie, seed=15)

@@ -24,7 +24,7 @@ SIZES = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_h
              intermediate_size=96, max_position_embeddings=64)
 
 
-@pytest.mark.graded(BEAM, points=2, kind="homework")
+@pytest.mark.graded(BEAM, weight=2, kind="homework")
 @pytest.mark.parametrize("num_beams", [2, 4])
 def test_beam_search_matches_transformers(impl, hf_llama_and_ours, num_beams):
     hf, ours = hf_llama_and_ours(seed=21, std=0.3, **SIZES)
@@ -36,7 +36,7 @@ def test_beam_search_matches_transformers(impl, hf_llama_and_ours, num_beams):
                  f"beam search")
 
 
-@pytest.mark.graded(BEAM, points=2, kind="homework")
+@pytest.mark.graded(BEAM, weight=2, kind="homework")
 def test_beam_search_wide_enough_is_exhaustive(impl):
     torch.manual_seed(22)
     model = LastTwoTokens(torch.randn(5, 5, 6) * 2)                  # next-token logits depend on the last two tokens
@@ -53,7 +53,7 @@ def test_beam_search_wide_enough_is_exhaustive(impl):
                         f"continuation {best} (log-prob {best_score:.3f}); got {got}"
 
 
-@pytest.mark.graded(BEAM, points=2, kind="homework")
+@pytest.mark.graded(BEAM, weight=2, kind="homework")
 def test_beam_search_edges(impl, hf_llama_and_ours):
     hf, ours = hf_llama_and_ours(seed=23, std=0.3, **SIZES)
     prompt = torch.tensor([[5, 6, 7]])
@@ -82,7 +82,7 @@ def random_probs(*shape, seed):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 1.5).softmax(-1)
 
 
-@pytest.mark.graded(SPEC, points=3, kind="homework")
+@pytest.mark.graded(SPEC, weight=3, kind="homework")
 def test_speculative_accept_replays_the_rule(impl):
     for seed in range(40):
         n = 1 + seed % 4
@@ -94,7 +94,7 @@ def test_speculative_accept_replays_the_rule(impl):
                                 f"(accept when u <= p_target/p_draft; replacement from max(0, p_target - p_draft))"
 
 
-@pytest.mark.graded(SPEC, points=2, kind="homework")
+@pytest.mark.graded(SPEC, weight=2, kind="homework")
 def test_speculative_output_is_distributed_as_the_target(impl):
     draft = torch.tensor([[0.6, 0.3, 0.1, 0.0]])
     target = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
@@ -110,7 +110,7 @@ def test_speculative_output_is_distributed_as_the_target(impl):
                  "distribution (speculative sampling must not change the distribution)", rtol=0, atol=0.032)
 
 
-@pytest.mark.graded(SPEC, points=2, kind="homework")
+@pytest.mark.graded(SPEC, weight=2, kind="homework")
 def test_speculative_edges(impl):
     target = torch.tensor([[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]])
     draft = torch.tensor([[0.9, 0.05, 0.05]])
@@ -125,7 +125,7 @@ def test_speculative_edges(impl):
         impl.speculative_accept(draft, target[:1], torch.tensor([1]), torch.Generator())
 
 
-@pytest.mark.graded(MIN_P, points=2, kind="homework")
+@pytest.mark.graded(MIN_P, weight=2, kind="homework")
 def test_min_p_matches_transformers(impl, device):
     transformers = pytest.importorskip("transformers")
     logits = (torch.randn(8, 40, generator=torch.Generator().manual_seed(5)) * 3).to(device)
@@ -137,7 +137,7 @@ def test_min_p_matches_transformers(impl, device):
         assert_equal(got[~got.isinf()], logits[~got.isinf()], f"min_p={min_p}: kept logits must be unchanged")
 
 
-@pytest.mark.graded(MIN_P, points=1, kind="homework")
+@pytest.mark.graded(MIN_P, weight=1, kind="homework")
 def test_min_p_ties_dtype_and_errors(impl):
     ties = torch.tensor([[1.0, 3.0, 3.0, 2.0]])
     kept = (~impl.min_p_filter(ties, 1.0).isinf()).tolist()

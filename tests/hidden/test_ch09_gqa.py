@@ -25,7 +25,7 @@ def randn(*shape, seed=0, device="cpu", std=1.0):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * std).to(device)
 
 
-@pytest.mark.graded(INT8, points=3, kind="homework")
+@pytest.mark.graded(INT8, weight=3, kind="homework")
 def test_int8_cache_quantisation_rule(impl, device):
     cache = impl.Int8KVCache(CONFIG, 2, 6, device=device)
     k, v = randn(2, 2, 4, 8, seed=1, device=device, std=3.0), randn(2, 2, 4, 8, seed=2, device=device)
@@ -51,7 +51,7 @@ def test_int8_cache_quantisation_rule(impl, device):
     assert keys.dtype == torch.float32 and keys.device.type == device.type, "update returns self.dtype on the device"
 
 
-@pytest.mark.graded(INT8, points=3, kind="homework")
+@pytest.mark.graded(INT8, weight=3, kind="homework")
 def test_int8_cache_runs_the_model(impl):
     torch.manual_seed(3)
     m = Llama(CONFIG).eval()
@@ -71,7 +71,7 @@ def test_int8_cache_runs_the_model(impl):
         cache.update(0, torch.zeros(2, 2, 1, 8), torch.zeros(2, 2, 1, 8))
 
 
-@pytest.mark.graded(INT8, points=1, kind="homework")
+@pytest.mark.graded(INT8, weight=1, kind="homework")
 def test_int8_cache_returns_its_dtype(impl):
     cache = impl.Int8KVCache(CONFIG, 1, 4, dtype=torch.bfloat16)
     k = randn(1, 2, 3, 8, seed=5).to(torch.bfloat16)
@@ -95,7 +95,7 @@ def per_row_oracle(q, k, v, kv_lens):
     return torch.cat(out)
 
 
-@pytest.mark.graded(RAGGED, points=2, kind="homework")
+@pytest.mark.graded(RAGGED, weight=2, kind="homework")
 @pytest.mark.parametrize("n_kv_heads", [6, 2, 1], ids=["mha", "gqa", "mqa"])
 def test_ragged_attention_matches_row_by_row(impl, device, n_kv_heads):
     for T in (1, 3):
@@ -110,7 +110,7 @@ def test_ragged_attention_matches_row_by_row(impl, device, n_kv_heads):
                      f"attention over each row's valid keys", rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.graded(RAGGED, points=2, kind="homework")
+@pytest.mark.graded(RAGGED, weight=2, kind="homework")
 def test_ragged_attention_dtype_and_errors(impl):
     q, k, v = randn(2, 4, 2, 8, seed=9), randn(2, 2, 5, 8, seed=10), randn(2, 2, 5, 8, seed=11)
     half = impl.ragged_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16),

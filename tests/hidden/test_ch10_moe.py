@@ -18,7 +18,7 @@ CHOICE = "Homework 10.A expert_choice_moe"
 DISPATCH = "Homework 10.B priority_dispatch"
 
 
-@pytest.mark.graded(MOE, points=2, depends=("Exercise 10.1",))
+@pytest.mark.graded(MOE, weight=2, depends=("Exercise 10.1",))
 def test_moe_forward_per_token_reference(impl):
     g = torch.Generator().manual_seed(4)
     E, d, f = 5, 8, 12
@@ -60,7 +60,7 @@ def expert_choice_reference(x, gate, experts, capacity):
     return out, picks
 
 
-@pytest.mark.graded(CHOICE, points=1, kind="homework")
+@pytest.mark.graded(CHOICE, weight=1, kind="homework")
 @pytest.mark.parametrize("capacity", [1, 3, 8, 10])
 def test_expert_choice_matches_the_definition(impl, capacity):
     experts, gate = experts_and_gate(4, 8, 12, seed=1)
@@ -73,7 +73,7 @@ def test_expert_choice_matches_the_definition(impl, capacity):
                  f"tokens {unchosen} unchosen) vs one expert at a time", rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.graded(CHOICE, points=4, kind="homework")
+@pytest.mark.graded(CHOICE, weight=4, kind="homework")
 def test_expert_choice_ties_dtype_and_errors(impl):
     experts, gate = experts_and_gate(3, 4, 6, seed=3)
     x = torch.randn(6, 4, generator=torch.Generator().manual_seed(4))
@@ -101,7 +101,7 @@ def dispatch_reference(weights, indices, n_experts, capacity):
     return slots
 
 
-@pytest.mark.graded(DISPATCH, points=1, kind="homework")
+@pytest.mark.graded(DISPATCH, weight=1, kind="homework")
 @pytest.mark.parametrize("capacity", [0, 1, 3, 5, 40])
 def test_priority_dispatch_matches_one_by_one(impl, capacity):
     g = torch.Generator().manual_seed(5)
@@ -121,7 +121,7 @@ def test_priority_dispatch_matches_one_by_one(impl, capacity):
     assert dropped == n_dropped and type(dropped) is int, f"dropped = {dropped!r}, expected the int {n_dropped}"
 
 
-@pytest.mark.graded(DISPATCH, points=3, kind="homework")
+@pytest.mark.graded(DISPATCH, weight=3, kind="homework")
 def test_priority_dispatch_ties_and_errors(impl):
     weights = torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.7, 0.3]])
     indices = torch.tensor([[0, 1], [1, 0], [1, 0]])

@@ -23,7 +23,7 @@ def sink_by_loops(q_len, window, n_sink, kv_len):
                           for j in range(kv_len)] for i in range(q_len)])
 
 
-@pytest.mark.graded(SINK, points=3, kind="homework")
+@pytest.mark.graded(SINK, weight=3, kind="homework")
 @pytest.mark.parametrize("q_len,window,n_sink,kv_len", [(9, 3, 2, None), (1, 4, 4, 12), (4, 2, 1, 10),
                                                         (6, 6, 0, None), (5, 1, 3, None), (3, 20, 2, 7)])
 def test_attention_sink_mask_from_the_definition(impl, device, q_len, window, n_sink, kv_len):
@@ -32,7 +32,7 @@ def test_attention_sink_mask_from_the_definition(impl, device, q_len, window, n_
     assert torch.equal(got.cpu(), sink_by_loops(q_len, window, n_sink, kv_len or q_len))
 
 
-@pytest.mark.graded(SINK, points=1, kind="homework")
+@pytest.mark.graded(SINK, weight=1, kind="homework")
 def test_attention_sink_mask_properties(impl):
     transformers = pytest.importorskip("transformers")
     from transformers.masking_utils import sliding_window_causal_mask_function
@@ -75,7 +75,7 @@ def balance_gradient(scores, experts, n_experts, alpha):
     return torch.tensor(grad, dtype=scores.dtype)
 
 
-@pytest.mark.graded(BALANCE, points=3, kind="homework")
+@pytest.mark.graded(BALANCE, weight=3, kind="homework")
 @pytest.mark.parametrize("T,E,K,seed", [(16, 8, 2, 0), (5, 6, 3, 1), (32, 16, 4, 2)])
 def test_sequence_balance_loss_from_the_definition(impl, T, E, K, seed):
     g = torch.Generator().manual_seed(seed)
@@ -86,7 +86,7 @@ def test_sequence_balance_loss_from_the_definition(impl, T, E, K, seed):
     assert abs(got.item() - balance_by_loops(scores, experts, E, 0.3)) < 1e-5
 
 
-@pytest.mark.graded(BALANCE, points=1, kind="homework")
+@pytest.mark.graded(BALANCE, weight=1, kind="homework")
 def test_sequence_balance_loss_balanced_costs_alpha_and_responds_to_scores(impl):
     T, E = 8, 4
     experts = torch.tensor([[t % E, (t + 1) % E] for t in range(T)])            # each expert 4 times

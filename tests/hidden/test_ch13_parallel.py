@@ -33,14 +33,14 @@ def simulated_bubble(stages: int, micro: int) -> float:
     return 1 - busy / (stages * total)
 
 
-@pytest.mark.graded(BUBBLE, points=4, kind="homework")
+@pytest.mark.graded(BUBBLE, weight=4, kind="homework")
 @pytest.mark.parametrize("stages, micro", [(1, 1), (2, 1), (4, 8), (8, 8), (8, 32), (3, 5), (16, 4)])
 def test_bubble_matches_the_simulated_schedule(impl, stages, micro):
     expected = simulated_bubble(stages, micro)
     assert impl.pipeline_bubble_fraction(stages, micro) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.graded(BUBBLE, points=1, kind="homework")
+@pytest.mark.graded(BUBBLE, weight=1, kind="homework")
 def test_bubble_published_value_and_bad_input(impl):
     assert impl.pipeline_bubble_fraction(4, 8) == pytest.approx(3 / 11)   # (p-1)/(m+p-1), GPipe Sec. 2.2
     for args in ((0, 4), (4, 0), (2.5, 4)):
@@ -58,7 +58,7 @@ def loop_counts(ids: torch.Tensor, n_experts: int) -> list:
     return counts
 
 
-@pytest.mark.graded(A2A, points=4, kind="homework")
+@pytest.mark.graded(A2A, weight=4, kind="homework")
 @pytest.mark.parametrize("ranks, experts, tokens, k", [(2, 8, 16, 2), (4, 8, 5, 2), (8, 8, 32, 1), (4, 16, 7, 4)])
 def test_counts_match_a_loop(impl, ranks, experts, tokens, k):
     g = torch.Generator().manual_seed(ranks * 100 + experts)
@@ -70,7 +70,7 @@ def test_counts_match_a_loop(impl, ranks, experts, tokens, k):
     assert counts.sum(1).tolist() == [tokens * k] * ranks                               # every pair sent once
 
 
-@pytest.mark.graded(A2A, points=1, kind="homework")
+@pytest.mark.graded(A2A, weight=1, kind="homework")
 def test_counts_bad_input(impl):
     with pytest.raises(ValueError, match="n_experts"):
         impl.all_to_all_counts(torch.zeros(3, 2, 1, dtype=torch.long), 4)      # 3 ranks, 4 experts

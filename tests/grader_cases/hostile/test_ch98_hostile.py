@@ -3,14 +3,18 @@ submission's answer() must return 42 and other() 1. The submissions are written 
 
 import pytest
 
+from llama_course.grade.points import problem
+
+POINTS = {"Exercise 98.1": problem("answer", 1), "Exercise 98.2": problem("other", 1)}
+
 EX = "Exercise 98.1 answer"
 
 
-@pytest.mark.graded(EX, points=1)
+@pytest.mark.graded(EX, weight=1)
 def test_answer(impl):
     assert impl.answer() == 42
 
 
-@pytest.mark.graded("Exercise 98.2 other", points=1)
+@pytest.mark.graded("Exercise 98.2 other", weight=1)
 def test_other(impl):
     assert impl.other() == 1

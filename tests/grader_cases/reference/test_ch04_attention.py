@@ -6,12 +6,12 @@ import torch
 import torch.nn.functional as F
 
 
-@pytest.mark.graded("Exercise 4.1 softmax", points=1)
+@pytest.mark.graded("Exercise 4.1 softmax", weight=1)
 def test_softmax(impl):
     x = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(impl.softmax(x), F.softmax(x, dim=-1))
 
 
-@pytest.mark.graded("Exercise 4.2 causal_mask", points=1)
+@pytest.mark.graded("Exercise 4.2 causal_mask", weight=1)
 def test_causal_mask(impl):
     assert impl.causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
