@@ -107,6 +107,7 @@ def load_pieces(folder, label: str | None = None) -> Pieces:
     if not folder.is_dir():
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
     label = label or folder.name
+    folder = folder.resolve()  # absolute file names in the code: the capstone's call watcher reads them
     pieces, loaded = Pieces(), {}
     for piece, (stem, names) in PIECES.items():
         path = folder / f"{stem}.py"
