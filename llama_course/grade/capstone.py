@@ -476,11 +476,13 @@ class Capstone:
                                   f"package's {ref_history['val_loss']:.4f} (same initial weights, batches "
                                   f"and budget)")
 
-        def proxy(P):  # for naming the piece: three steps on one fixed batch, vs the package's model
-            tok = P.train_bpe(train_text[:4000], 280, SPECIAL)
-            ids = list(P.encode(train_text[:4000], tok.vocab, tok.merges, SPECIAL))
-            ref = train_bpe(train_text[:4000], 280, SPECIAL)
-            if ids != ref.encode(train_text[:4000]) or P.decode(ids, tok.vocab) != train_text[:4000]:
+        def proxy(P):  # run under the watcher, and to name the piece: a little tokenizer training and
+            # three AdamW steps on one fixed batch, against the package's tokenizer and model
+            sample = train_text[:3000]
+            tok = P.train_bpe(sample, 272, SPECIAL)
+            ids = list(P.encode(sample, tok.vocab, tok.merges, SPECIAL))
+            ref = train_bpe(sample, 272, SPECIAL)
+            if ids != ref.encode(sample) or P.decode(ids, tok.vocab) != sample:
                 raise CheckFailed("tokenizer")
             ids = torch.tensor(ids)
             small = self.small_config(len(ref.vocab))
@@ -515,7 +517,7 @@ class Capstone:
         train_check, proxy = self.training_check(train_text, val_text, store)
         order = ("tokenizer", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "block", "model")
         self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 20),
-                       lambda P: _watched_probe(P, train_text, proxy), order, localise_with=proxy,
+                       proxy, order, localise_with=proxy,
                        unwatched=train_check)
         self.trained = (store.get("model"), store.get("tokenizer"))
         return part
@@ -572,14 +574,6 @@ class Capstone:
         if "text" in state:
             part.notes.append("your LLaMA writes: " + repr(state["text"]))
         return part
-
-
-def _watched_probe(P, text, proxy):
-    """A little of the tokenizer and the three-step proxy under the watcher (training runs unwatched)."""
-    tok = P.train_bpe(text[:2000], 270, SPECIAL)
-    ids = P.encode(text[:2000], tok.vocab, tok.merges, SPECIAL)
-    P.decode(ids, tok.vocab)
-    proxy(P)
 
 
 def _describe(error: Exception) -> str:
