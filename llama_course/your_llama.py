@@ -254,7 +254,7 @@ class YourLlama(torch.nn.Module):
         return h + P.swiglu(n, lw["mlp.gate_proj.weight"], lw["mlp.up_proj.weight"], lw["mlp.down_proj.weight"])
 
 
-def sample_next(pieces: Pieces, logits: torch.Tensor, temperature: float, top_p: float,
+def draw_next(pieces: Pieces, logits: torch.Tensor, temperature: float, top_p: float,
                 generator: torch.Generator) -> torch.Tensor:
     """One token per row: p = softmax(top_p_filter(logits / temperature)); (B, V) -> (B, 1)."""
     if not temperature > 0:
@@ -277,7 +277,25 @@ def sample_tokens(model: YourLlama, input_ids: torch.Tensor, max_new_tokens: int
     generator = torch.Generator().manual_seed(seed)
     out, logits = input_ids, P.decode_step(model, input_ids, cache)                         # (B, V)
     for _ in range(max_new_tokens):
-        token = sample_next(P, logits, temperature, top_p, generator)                      # (B, 1)
+        token = draw_next(P, logits, temperature, top_p, generator)                      # (B, 1)
         out = torch.cat([out, token], dim=1)
         logits = P.decode_step(model, token, cache)
     return out
+
+
+def plot_curves(curves: dict, path) -> None:
+    """Save the training-loss curves {name: history} (part (c) of the capstone) as an image at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, history in curves.items():
+        ax.plot(history["step"], history["train_loss"], label=f"{name} (validation {history['val_loss']:.3f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats per token)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
