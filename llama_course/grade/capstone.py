@@ -199,8 +199,13 @@ def reference_pieces() -> yl.Pieces:
 
 
 def package_pieces() -> yl.Pieces:
-    from llama_course import attention, embedding, ffn, generate, gqa, loss, norm, rope
+    import importlib
+
     from llama_course.tokenizer import BPETokenizer
+
+    attention, embedding, ffn, generate, gqa, loss, norm, rope = (  # modules (the package's generate is a function)
+        importlib.import_module(f"llama_course.{m}")
+        for m in ("attention", "embedding", "ffn", "generate", "gqa", "loss", "norm", "rope"))
     from llama_course.tokenizer.bpe import train_bpe
 
     def encode(text, vocab, merges, special_tokens=(), pattern=None):
@@ -228,13 +233,21 @@ def package_pieces() -> yl.Pieces:
 
 
 def localise(check, student: yl.Pieces, reference: yl.Pieces, order=ORDER) -> str:
-    """The first piece (in ``order``) that makes ``check`` fail when it alone is the student's."""
-    if not _passes(check, yl.wire(reference)):
+    """The first piece (in ``order``) that makes ``check`` fail when it alone is the student's.
+
+    Pieces the reference lacks (the package has no block, model or KV cache to stand in for the
+    student's) stay the student's throughout; if those alone already fail, they are named together.
+    """
+    lacking = tuple(piece for piece in yl.PIECES if piece in reference.missing)
+    base = yl.mix(reference, student, lacking) if lacking else reference
+    if not _passes(check, yl.wire(base)):
+        if lacking:
+            return f"one of {', '.join(lacking)} (this copy has no reference to tell them apart)"
         return "(the reference itself fails this check: no piece can be named)"
     for piece in order:
-        if piece in reference.missing:
+        if piece in lacking:
             continue
-        if not _passes(check, yl.mix(reference, student, (piece,))):
+        if not _passes(check, yl.mix(base, student, (piece,))):
             return piece
     return "(no single piece: the pieces fail only together)"
 

@@ -72,6 +72,19 @@ def test_a_planted_bug_is_named(tmp_path, bug, piece):
     assert f"the first of your pieces to disagree: {piece}" in "\n".join(lines)
 
 
+def test_without_the_key_the_package_names_the_piece(tmp_path, monkeypatch):
+    """The student release has no solutions/: the package's functions are the reference, and the
+    student's block, model and KV cache (which the package has no function for) stay theirs."""
+    from llama_course.grade import capstone
+
+    monkeypatch.setattr(capstone, "reference_pieces", capstone.package_pieces)
+    folder = key_copy(tmp_path)
+    plant(folder, "ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)")
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    assert part.score == 0 and part.culprit == "attention", "\n".join(lines)
+
+
 def test_a_missing_piece_is_reported_not_replaced(tmp_path):
     folder = key_copy(tmp_path)
     (folder / "ch09_gqa.py").unlink()
