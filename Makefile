@@ -114,10 +114,11 @@ test-site-if-browser: install
 grade: install
 	$(PY) -m llama_course.grade exercises $(foreach c,$(CHAPTER),--chapter $(c))
 
-# Chapter 14's capstone: a LLaMA made of exercises/ alone, graded against transformers and the package.
+# Chapter 14's capstone: a LLaMA made of exercises/ alone (the command's default folder), graded against
+# transformers and the package.
 PARTS ?= abcd
 capstone: install
-	mkdir -p _build && $(PY) -m llama_course.grade capstone exercises --parts $(PARTS) --plot _build/capstone_curves.png
+	mkdir -p _build && $(PY) -m llama_course.grade capstone --parts $(PARTS) --plot _build/capstone_curves.png
 
 # One prepared run on a CUDA machine (benchmarks/gpu_check.py): JSON and log in benchmarks/results/.
 gpu-check:
