@@ -18,13 +18,14 @@ IMPL := $(if $(wildcard solutions/*.py),solutions,package)
 CHAPTER ?=
 
 .PHONY: help install install-cuda book lab lint gpu-check check test test-unit test-package test-notebooks test-book \
-        test-site test-site-if-browser grade clean exercises autograder student-release colab-cells lock
+        test-site test-site-if-browser grade capstone clean exercises autograder student-release colab-cells lock
 
 help::
 	@echo "make install     create .venv with the pinned environment (TORCH=auto|cpu|cuda, see README.md)"
 	@echo "make book        build the HTML book into _build/html"
 	@echo "make lab         JupyterLab on book/ with the course kernel registered"
 	@echo "make grade       grade your exercises/ (CHAPTER=4 for one chapter)"
+	@echo "make capstone    Chapter 14: assemble your exercises/ into a LLaMA and grade it (PARTS=ab for some)"
 	@echo "make test        the whole suite: lint, unit, graded, notebooks, book build, site"
 	@echo "make check       the quick check (about a minute): lint and the tests not marked slow"
 	@echo "make install-cuda  replace torch in .venv with PyPI's CUDA build (Linux)"
@@ -112,6 +113,12 @@ test-site-if-browser: install
 # Grades exercises/ (reads them only; writes results.json).
 grade: install
 	$(PY) -m llama_course.grade exercises $(foreach c,$(CHAPTER),--chapter $(c))
+
+# Chapter 14's capstone: a LLaMA made of exercises/ alone (the command's default folder), graded against
+# transformers and the package.
+PARTS ?= abcd
+capstone: install
+	mkdir -p _build && $(PY) -m llama_course.grade capstone --parts $(PARTS) --plot _build/capstone_curves.png
 
 # One prepared run on a CUDA machine (benchmarks/gpu_check.py): JSON and log in benchmarks/results/.
 gpu-check:

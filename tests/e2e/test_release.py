@@ -22,11 +22,12 @@ import student_release  # noqa: E402
 
 INSTRUCTOR_TARGETS = {"exercises", "autograder", "student-release", "colab-cells", "lock"}
 # Targets run for real in the unpacked release (with the shared .venv linked in), and targets only
-# listed with `make -n` because they take minutes (the whole suite, the book), start a server
-# (lab), download (install-cuda) or need a CUDA GPU (gpu-check): their commands must not write exercises/.
+# listed with `make -n` because they take minutes (the whole suite, the book, the capstone), start
+# a server (lab), download (install-cuda) or need a CUDA GPU (gpu-check): their commands must not
+# write exercises/.
 RUN = {"help", "install", "lint", "grade", "clean"}
 DRY = {"book", "lab", "test", "check", "test-unit", "test-package", "test-notebooks", "test-book", "test-site",
-       "test-site-if-browser", "install-cuda", "gpu-check"}
+       "test-site-if-browser", "install-cuda", "gpu-check", "capstone"}
 
 
 def unpack_release(tmp_path: Path, repo: Path = REPO) -> Path:

@@ -1,0 +1,129 @@
+"""The capstone (Chapter 14): the key's exercises get full marks, the stubs 0, a planted bug is named.
+
+instructor only: not in the student release (it reads solutions/, the key).
+
+Oracles: transformers' LlamaForCausalLM and generate (parts a, b), the package's tokenizer and
+Llama trained with the same budget (c), the package's nucleus filter (d) -- none of them is the
+code under test; the planted bugs are edits of the key whose piece we know.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llama_course.grade.capstone import QUICK, grade
+
+REPO = Path(__file__).resolve().parents[2]
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow
+
+
+def key_copy(tmp_path: Path, name: str = "student") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(REPO / "solutions", folder)
+    return folder
+
+
+def plant(folder: Path, file: str, old: str, new: str) -> None:
+    path = folder / file
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {file}: the planted bug needs updating"
+    path.write_text(text.replace(old, new, 1))
+
+
+def scores(parts) -> dict:
+    return {p.key: (p.score, p.points) for p in parts}
+
+
+def test_the_key_gets_full_marks(tmp_path):
+    lines = []
+    parts = grade(key_copy(tmp_path), "abcd", QUICK, out=lines.append)
+    assert scores(parts) == {"a": (30, 30), "b": (25, 25), "c": (30, 30), "d": (15, 15)}, "\n".join(lines)
+    assert not any(p.culprit for p in parts)
+    served = [line for line in lines if line.startswith("  ") and ".py: " in line]
+    assert len(served) == 12 and all("student/ch" in line for line in served), served  # every piece: the copy's
+
+
+def test_the_stubs_score_zero_and_name_a_piece(tmp_path):
+    folder = tmp_path / "exercises"
+    shutil.copytree(REPO / "exercises", folder)
+    lines = []
+    parts = grade(folder, "abcd", QUICK, out=lines.append)
+    assert sum(p.score for p in parts) == 0, "\n".join(lines)
+    assert all(p.culprit and not p.culprit.startswith("(") for p in parts), [p.culprit for p in parts]
+    assert any("not implemented yet" in c.message for p in parts for c in p.checks)
+
+
+@pytest.mark.parametrize("bug, piece", [
+    (("ch05_rope.py", 'if layout == "interleaved":', "if True:  # planted: always interleaved"), "RoPE"),
+    (("ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)"),
+     "attention"),
+], ids=["rope-wrong-layout", "missing-sqrt-d"])
+def test_a_planted_bug_is_named(tmp_path, bug, piece):
+    folder = key_copy(tmp_path)
+    plant(folder, *bug)
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    assert part.score == 0 and part.culprit == piece, "\n".join(lines)
+    assert f"the first of your pieces to disagree: {piece}" in "\n".join(lines)
+
+
+def test_without_the_key_the_package_names_the_piece(tmp_path, monkeypatch):
+    """The student release has no solutions/: the package's functions are the reference, and the
+    student's block, model and KV cache (which the package has no function for) stay theirs."""
+    from llama_course.grade import capstone
+
+    monkeypatch.setattr(capstone, "reference_pieces", capstone.package_pieces)
+    folder = key_copy(tmp_path)
+    plant(folder, "ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)")
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    assert part.score == 0 and part.culprit == "attention", "\n".join(lines)
+
+
+def test_a_missing_piece_is_reported_not_replaced(tmp_path):
+    folder = key_copy(tmp_path)
+    (folder / "ch09_gqa.py").unlink()
+    lines = []
+    (part,) = grade(folder, "b", QUICK, out=lines.append)
+    text = "\n".join(lines)
+    assert "GQA        MISSING: student/ch09_gqa.py does not exist" in text
+    assert part.checks[0].score == 0 and part.culprit == "GQA", text
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute-path", "relative-path"])
+def test_calling_the_package_answer_costs_the_points(tmp_path, monkeypatch, relative):
+    folder = key_copy(tmp_path)
+    plant(folder, "ch03_norm.py", "    h = x.float()\n", "    import llama_course.norm\n"
+          "    return llama_course.norm.rms_norm(x, weight, eps)\n")
+    if relative:  # as `make capstone` passes it: exercises/, relative to the working folder
+        monkeypatch.chdir(tmp_path)
+        folder = Path(folder.name)
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    assert part.score == 0, "\n".join(lines)
+    assert "llama_course.norm.rms_norm (ch03_norm.py line" in part.checks[0].message
+
+
+def test_the_command(tmp_path):
+    out = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "llama_course.grade", "capstone", str(key_copy(tmp_path)), "--quick",
+                          "--parts", "a", "--json", str(out)], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(out.read_text())["score"] == 30
+    assert "capstone: 30 / 30 points" in run.stdout
+
+
+def test_the_release_leaves_out_this_key_reading_test():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import student_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert student_release.instructor_only("tests/e2e/test_capstone.py", REPO)
+    assert not student_release.instructor_only("llama_course/grade/capstone.py", REPO)
+    assert "BEGIN SOLUTION" not in (REPO / "llama_course" / "grade" / "capstone.py").read_text()
