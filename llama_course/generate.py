@@ -17,7 +17,7 @@ import torch
 
 from .attention import check_attention_mask
 from .checks import check_int, check_number, check_positive_int, check_token_ids
-from .kv_cache import KVCache
+from .kv_cache import KVCache, cache_config
 
 if TYPE_CHECKING:  # model.py does not import this module; the hint alone needs the class
     from .model import Llama
@@ -127,7 +127,7 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model.config, batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
+    cache = KVCache(cache_config(model), batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):

@@ -197,6 +197,21 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
     assert time.perf_counter() - started < 100        # ended, not waited out
 
 
+def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_path):
+    """Each rank's KV cache holds only its n_kv_heads / 2 heads (it was sized from the config's global
+    count: twice too large with 2 key/value heads, a broadcast error with 4); the greedy tokens of
+    both ranks equal the unsharded model's."""
+    fork_two_ranks(tmp_path, "tp-generate", timeout=120)
+    result = torch.load(tmp_path / "tp-generate.pt", weights_only=False)
+    c = worker.CONFIG
+    for n_kv_heads in (c.n_kv_heads, c.n_heads):
+        reference = result[n_kv_heads]["reference"]
+        assert reference.shape == (2, 5 + 12)
+        for tokens, cache_shape in result[n_kv_heads]["ranks"]:
+            assert torch.equal(tokens, reference), n_kv_heads
+            assert cache_shape == (2, n_kv_heads // 2, 5 + 12 - 1, c.head_dim)
+
+
 def test_ranks_launched_with_different_options_all_stop_naming_each_difference(tmp_path):
     started = time.perf_counter()
     fork_two_ranks(tmp_path, "disagree", timeout=120)
