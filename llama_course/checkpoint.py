@@ -89,6 +89,8 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3",
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
     fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
+    if model_type in ("mixtral", "qwen3_moe", "deepseek_v3") and fields["n_experts"] == 1:
+        fields["single_expert_moe"] = True    # transformers keeps the router of one routed expert
     return LlamaConfig(**fields)
 
 
@@ -142,6 +144,14 @@ def hf_to_course_name(name: str) -> str | None:
     return name
 
 
+def _course_name(name: str, tensor: torch.Tensor, config: LlamaConfig) -> str | None:
+    """hf_to_course_name, and None for the empty shared expert that transformers builds (width
+    moe_intermediate_size * 0) when a DeepSeek-V3 config has n_shared_experts = 0: it adds zero."""
+    if config.n_shared_experts == 0 and ".mlp.shared_experts." in name and tensor.numel() == 0:
+        return None
+    return hf_to_course_name(name)
+
+
 def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
     """Llama from a transformers directory, tensors exactly as stored (cast to ``dtype`` if given)."""
     from safetensors import safe_open
@@ -162,7 +172,7 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
                             raise CheckpointError(f"{key} is in two shards: {found_in[key]} and {shard}")
                         found_in[key] = shard
                         for name, tensor in split_fused_experts(key, f.get_tensor(key)):  # Ch. 12: 3-D experts
-                            yield name, hf_to_course_name(name), tensor
+                            yield name, _course_name(name, tensor, config), tensor
             except CheckpointError:
                 raise
             except Exception as err:                           # safetensors' own errors and OS errors alike

@@ -129,7 +129,7 @@ def count_parameters_deepseek(config: LlamaConfig) -> dict[str, int]:
         attention = d * c.n_heads * c.head_dim * 2 + 2 * d * c.n_kv_heads * c.head_dim
         norms = 2 * d + (2 * c.head_dim if c.qk_norm else 0)
     expert = 3 * d * (c.moe_d_ff or c.d_ff)
-    sparse = c.n_experts > 1
+    sparse = c.is_moe
     n_moe = c.n_layers - min(c.first_k_dense_replace, c.n_layers) if sparse else 0
     counts = {"embedding": c.vocab_size * d, "attention": attention,
               "ffn": (c.n_experts + c.n_shared_experts) * expert if sparse else 3 * d * c.d_ff,

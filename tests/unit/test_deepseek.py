@@ -212,3 +212,82 @@ def test_routing_keeps_float64_and_runs_on_the_inputs_device(device):
     weights, experts = route_deepseek(logits, 2, bias=torch.zeros(8, device=device), n_group=4, topk_group=2)
     assert weights.dtype == torch.float64 and weights.device.type == device.type == experts.device.type
     torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64, device=device))
+
+
+# ---------------------------------------------------------------- legal degenerate MoE checkpoints
+def _save_and_compare(hf, tmp_path, expected_model=None):
+    """Save ``hf``, load it with the course and compare logits (prefill and cached decode) with
+    ``expected_model`` (default: ``hf`` itself) at the parity tolerance."""
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path)
+    ids = torch.randint(1, 101, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = (expected_model or hf)(ids).logits
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=1e-5)
+        cache = KVCache(ours.config, 2, 9)
+        steps = [ours(ids[:, :4], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=0, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters()) \
+        == count_parameters(ours.config)["total"]
+    return ours
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_one_routed_expert_loads_and_matches_transformers(family, tmp_path):
+    """transformers builds a router over a single expert (its softmax weight is 1); the course keeps
+    the MoE layer (config.single_expert_moe) instead of refusing the router and the expert."""
+    sizes = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager")
+    if family == "mixtral":
+        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**sizes, num_local_experts=1,
+                                                                       num_experts_per_tok=1))
+    else:
+        hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            **sizes, head_dim=16, moe_intermediate_size=32, num_experts=1, num_experts_per_tok=1))
+    torch.manual_seed(6)
+    realistic_weights_(hf.eval(), std=0.2)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.config.single_expert_moe and isinstance(ours.layers[1].mlp, MoE)
+    assert ours.layers[1].mlp.gate.weight.shape == (1, 64)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_deepseek_v3_with_one_routed_expert_matches_transformers_with_an_unused_second(normalize, tmp_path):
+    """One routed expert per MoE layer. transformers' own forward cannot run it (its group score takes
+    topk(2) inside groups of one expert), so the oracle is transformers with two experts whose second
+    is never chosen (balancing bias -1e9, top-1): the same weights, routing and scaling. The checkpoint
+    loaded is transformers' one-expert model holding expert 0 of the two."""
+    two = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_routed_experts=2, n_group=1, topk_group=1,
+                                                           num_experts_per_tok=1, norm_topk_prob=normalize)).eval()
+    one = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_routed_experts=1, n_group=1, topk_group=1,
+                                                           num_experts_per_tok=1, norm_topk_prob=normalize)).eval()
+    torch.manual_seed(7)
+    realistic_weights_(two, std=0.2)
+    with torch.no_grad():
+        for name, b in two.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.tensor([0.3, -1e9]))                     # expert 1 is never chosen
+        state = {k: v[:1] if k.endswith(("mlp.gate.weight", "e_score_correction_bias")) else v
+                 for k, v in two.state_dict().items() if ".experts.1." not in k}
+        state = {k: v[:1] if v.dim() == 3 and ".mlp.experts." in k else v for k, v in state.items()}  # fused (E, ., .)
+        one.load_state_dict(state)
+    ours = _save_and_compare(one, tmp_path, expected_model=two)
+    assert ours.config.single_expert_moe and isinstance(ours.layers[2].mlp, DeepSeekMoE)
+
+
+def test_deepseek_v3_with_zero_shared_experts_matches_transformers(tmp_path):
+    """n_shared_experts = 0: transformers still builds shared_experts, of width 0 (empty matrices that
+    add zero); the course builds none and skips the empty tensors."""
+    torch.manual_seed(8)
+    hf = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_shared_experts=0)).eval()
+    realistic_weights_(hf, std=0.2)
+    assert hf.model.layers[1].mlp.shared_experts.gate_proj.weight.shape == (0, 64)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.layers[1].mlp.shared_experts is None
+
+
+def test_single_expert_moe_is_for_one_expert():
+    assert not LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2).is_moe
+    assert LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, single_expert_moe=True).is_moe
+    with pytest.raises(ValueError, match="single_expert_moe is for n_experts == 1"):
+        LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_experts=2, single_expert_moe=True)
