@@ -1,6 +1,8 @@
 """DeepSeekMoE and DeepSeek-V3 (Chapter 12): routing by hand-worked examples, whole models equal to
 transformers (DeepSeek-V3 and Qwen3-MoE), exact parameter counts."""
 
+import math
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -291,3 +293,18 @@ def test_single_expert_moe_is_for_one_expert():
     assert LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, single_expert_moe=True).is_moe
     with pytest.raises(ValueError, match="single_expert_moe is for n_experts == 1"):
         LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_experts=2, single_expert_moe=True)
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "linear", "factor": 4.0, "mscale_all_dim": 1.0},
+                                  {"rope_type": "dynamic", "factor": 2.0, "mscale_all_dim": 0.707,
+                                   "original_max_position_embeddings": 32}])
+def test_deepseek_v3_mscale_all_dim_outside_yarn_rescales_attention_as_transformers(rope, tmp_path):
+    """transformers' DeepseekV3Attention multiplies its softmax scale by mscale^2, mscale = 0.1 *
+    mscale_all_dim * ln(factor) + 1, whenever rope_type is not "default" (not only for YaRN)."""
+    torch.manual_seed(9)
+    hf = transformers.DeepseekV3ForCausalLM(_hf_v3_config(rope_parameters={**rope, "rope_theta": 10000.0})).eval()
+    realistic_weights_(hf, std=0.2)
+    expected_scale = (16 + 8) ** -0.5 * (0.1 * rope["mscale_all_dim"] * math.log(rope["factor"]) + 1) ** 2
+    assert hf.model.layers[0].self_attn.scaling == pytest.approx(expected_scale)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.layers[0].self_attn.scale == pytest.approx(expected_scale)
