@@ -11,6 +11,9 @@ Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention
 Either way the model is first built on the ``meta`` device (no memory) and each tensor is
 assigned as its shard is read, so the peak memory is about one copy of the weights.
 
+DeepSeek-V3's router weight is kept in (at least) float32, as transformers keeps it in a bfloat16
+model and writes it to its bfloat16 files; its routing bias keeps the file's dtype.
+
 Nothing is guessed: a tensor in two shards, two file tensors for one parameter, an index entry
 outside the checkpoint folder, a tied head stored with different values, tensors of mixed dtypes
 (without ``dtype=``), quantized or non-float tensors, a malformed config, index or shard all raise
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 
 from .config import LlamaConfig, ffn_hidden_dim
+from .deepseek_moe import Router
 from .model import Llama
 from .variants import hf_config_fields, split_fused_experts
 
@@ -200,17 +204,19 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
         if name not in expected:
             unexpected.append(original)
             continue
-        if name not in buffers:
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        router = isinstance(module, Router)                    # DeepSeek's gate: float32, as transformers keeps it
+        if name not in buffers and not router:
             dtypes.setdefault(tensor.dtype, original)          # a buffer keeps its own dtype (float32 bias)
         if tuple(tensor.shape) != expected[name]:
             misshaped.append(f"{original}: file {tuple(tensor.shape)}, model {expected[name]}")
             continue
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
         if name in buffers:
             setattr(module, attr, tensor)   # a buffer keeps the file's dtype (float32 for the routing bias)
         else:
-            setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
+            target = torch.promote_types(dtype or tensor.dtype, torch.float32) if router else dtype
+            setattr(module, attr, torch.nn.Parameter(tensor.to(target) if target else tensor, requires_grad=False))
         loaded.add(name)
     if model.config.tie_embeddings:
         _tie(model, tied_head, source)

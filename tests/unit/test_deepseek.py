@@ -308,3 +308,27 @@ def test_deepseek_v3_mscale_all_dim_outside_yarn_rescales_attention_as_transform
     assert hf.model.layers[0].self_attn.scaling == pytest.approx(expected_scale)
     ours = _save_and_compare(hf, tmp_path)
     assert ours.layers[0].self_attn.scale == pytest.approx(expected_scale)
+
+
+def test_transformers_bf16_deepseek_save_with_its_float32_router_loads_exactly(deepseek_v3, tmp_path):
+    """transformers keeps DeepSeek-V3's router (gate.weight, e_score_correction_bias) in float32 in a
+    bfloat16 model (_keep_in_fp32_modules_strict) and saves it so: the course loads that file as it
+    is (it was refused as "mixes dtypes"), and dtype=bfloat16 does not round the router either."""
+    from safetensors.torch import load_file
+
+    bf16 = transformers.DeepseekV3ForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert bf16.model.layers[1].mlp.gate.weight.dtype == torch.float32
+    bf16.save_pretrained(tmp_path / "bf16")
+    ids = torch.randint(1, 101, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = bf16(ids).logits.float()
+    for dtype in (None, torch.bfloat16):
+        ours = Llama.from_hf(tmp_path / "bf16", dtype=dtype)
+        theirs = load_file(str(tmp_path / "bf16" / "model.safetensors"))       # transformers' file
+        for name, p in ours.named_parameters():
+            reference = theirs["model." + name if "model." + name in theirs else name]
+            assert p.dtype == reference.dtype and torch.equal(p, reference), name   # router float32, rest bf16
+        with torch.no_grad():
+            logits = ours(ids).float()
+        # both compute in bfloat16 (8 mantissa bits), the routers in float32
+        torch.testing.assert_close(logits, expected, rtol=0, atol=0.05 * expected.abs().max().item())
