@@ -11,6 +11,9 @@ Meta (``consolidated.00.pth`` ... + params.json): short names (wq, w1, attention
 Either way the model is first built on the ``meta`` device (no memory) and each tensor is
 assigned as its shard is read, so the peak memory is about one copy of the weights.
 
+DeepSeek-V3's router weight is kept in (at least) float32, as transformers keeps it in a bfloat16
+model and writes it to its bfloat16 files; its routing bias keeps the file's dtype.
+
 Nothing is guessed: a tensor in two shards, two file tensors for one parameter, an index entry
 outside the checkpoint folder, a tied head stored with different values, tensors of mixed dtypes
 (without ``dtype=``), quantized or non-float tensors, a malformed config, index or shard all raise
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 
 from .config import LlamaConfig, ffn_hidden_dim
+from .deepseek_moe import Router
 from .model import Llama
 from .variants import hf_config_fields, split_fused_experts
 
@@ -89,6 +93,8 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3",
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
     fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
+    if model_type in ("mixtral", "qwen3_moe", "deepseek_v3") and fields["n_experts"] == 1:
+        fields["single_expert_moe"] = True    # transformers keeps the router of one routed expert
     return LlamaConfig(**fields)
 
 
@@ -142,6 +148,14 @@ def hf_to_course_name(name: str) -> str | None:
     return name
 
 
+def _course_name(name: str, tensor: torch.Tensor, config: LlamaConfig) -> str | None:
+    """hf_to_course_name, and None for the empty shared expert that transformers builds (width
+    moe_intermediate_size * 0) when a DeepSeek-V3 config has n_shared_experts = 0: it adds zero."""
+    if config.n_shared_experts == 0 and ".mlp.shared_experts." in name and tensor.numel() == 0:
+        return None
+    return hf_to_course_name(name)
+
+
 def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
     """Llama from a transformers directory, tensors exactly as stored (cast to ``dtype`` if given)."""
     from safetensors import safe_open
@@ -162,7 +176,7 @@ def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
                             raise CheckpointError(f"{key} is in two shards: {found_in[key]} and {shard}")
                         found_in[key] = shard
                         for name, tensor in split_fused_experts(key, f.get_tensor(key)):  # Ch. 12: 3-D experts
-                            yield name, hf_to_course_name(name), tensor
+                            yield name, _course_name(name, tensor, config), tensor
             except CheckpointError:
                 raise
             except Exception as err:                           # safetensors' own errors and OS errors alike
@@ -190,17 +204,19 @@ def _assign(model: Llama, tensors, dtype, device, source: str) -> Llama:
         if name not in expected:
             unexpected.append(original)
             continue
-        if name not in buffers:
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        router = isinstance(module, Router)                    # DeepSeek's gate: float32, as transformers keeps it
+        if name not in buffers and not router:
             dtypes.setdefault(tensor.dtype, original)          # a buffer keeps its own dtype (float32 bias)
         if tuple(tensor.shape) != expected[name]:
             misshaped.append(f"{original}: file {tuple(tensor.shape)}, model {expected[name]}")
             continue
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
         if name in buffers:
             setattr(module, attr, tensor)   # a buffer keeps the file's dtype (float32 for the routing bias)
         else:
-            setattr(module, attr, torch.nn.Parameter(tensor.to(dtype) if dtype else tensor, requires_grad=False))
+            target = torch.promote_types(dtype or tensor.dtype, torch.float32) if router else dtype
+            setattr(module, attr, torch.nn.Parameter(tensor.to(target) if target else tensor, requires_grad=False))
         loaded.add(name)
     if model.config.tie_embeddings:
         _tie(model, tied_head, source)

@@ -42,7 +42,7 @@ def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: flo
 POSITIVE_INTS = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "n_experts",
                  "n_experts_per_token", "multiple_of")
 POSITIVE_NUMBERS = ("rope_theta", "norm_eps")   # finite and > 0
-BOOLS = ("tie_embeddings", "qk_norm")
+BOOLS = ("tie_embeddings", "qk_norm", "single_expert_moe")
 
 
 @dataclass
@@ -81,6 +81,9 @@ class LlamaConfig:
     n_group, topk_group   group-limited routing: experts chosen only from the topk_group best groups
     routed_scaling_factor multiplies the routed experts' weights (DeepSeek-V3: 2.5)
     first_k_dense_replace the first k blocks use a dense SwiGLU of width d_ff instead of experts
+    single_expert_moe     MoE layers (a router over one expert) although n_experts == 1: transformers'
+                          MoE models allow one routed expert; its weight is 1 under softmax, s_e
+                          (times routed_scaling_factor) under DeepSeek's sigmoid. ``is_moe`` says which.
     """
 
     vocab_size: int
@@ -116,6 +119,7 @@ class LlamaConfig:
     topk_group: int = 1
     routed_scaling_factor: float = 1.0
     first_k_dense_replace: int = 0
+    single_expert_moe: bool = False
 
     def __post_init__(self) -> None:
         for name in POSITIVE_INTS:
@@ -142,9 +146,17 @@ class LlamaConfig:
             check_type("rope_scaling", self.rope_scaling, dict)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        if self.single_expert_moe and self.n_experts != 1:
+            raise ValueError(f"single_expert_moe is for n_experts == 1 (got {self.n_experts}): with more "
+                             f"experts the layers are MoE anyway")
         if self.n_experts_per_token > self.n_experts:
             raise ValueError(f"n_experts_per_token ({self.n_experts_per_token}) must be <= "
                              f"n_experts ({self.n_experts})")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the FFN layers route tokens to experts (more than one, or single_expert_moe)."""
+        return self.n_experts > 1 or self.single_expert_moe
 
     def replace(self, **changes) -> LlamaConfig:
         """A copy with some fields changed (and validated again).
@@ -255,7 +267,7 @@ def count_parameters(config: LlamaConfig) -> dict[str, int]:
         "embedding": config.vocab_size * d,
         "attention": d * config.n_heads * hd + 2 * d * config.n_kv_heads * hd + config.n_heads * hd * d,
         "ffn": config.n_experts * expert,
-        "router": d * config.n_experts if config.n_experts > 1 else 0,
+        "router": d * config.n_experts if config.is_moe else 0,
         "norms": 2 * d + (2 * hd if config.qk_norm else 0),
     }
     counts["per_block"] = counts["attention"] + counts["ffn"] + counts["router"] + counts["norms"]
@@ -286,7 +298,7 @@ def count_parameters_deepseek(config: LlamaConfig) -> dict[str, int]:
         attention = d * c.n_heads * c.head_dim * 2 + 2 * d * c.n_kv_heads * c.head_dim
         norms = 2 * d + (2 * c.head_dim if c.qk_norm else 0)
     expert = 3 * d * (c.moe_d_ff or c.d_ff)
-    sparse = c.n_experts > 1
+    sparse = c.is_moe
     n_moe = c.n_layers - min(c.first_k_dense_replace, c.n_layers) if sparse else 0
     counts = {"embedding": c.vocab_size * d, "attention": attention,
               "ffn": (c.n_experts + c.n_shared_experts) * expert if sparse else 3 * d * c.d_ff,

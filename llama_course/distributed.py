@@ -23,7 +23,9 @@ the rendezvous address; ``setup`` reads them, choosing NCCL on CUDA and gloo on 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -275,12 +277,28 @@ def save(path: str | Path, model, optimizer, step: int, generator: torch.Generat
     barrier(par)
     model_state, optim_state = get_state_dict(model, optimizer)
     shards = path.with_name(path.name + ".tmp") / SHARDED
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(shards))  # each file fsync'd
+    try:
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(shards))  # each file fsync'd
+    except BaseException as err:                               # dcp's CheckpointException: every rank's errors
+        raise _save_failure(err, shards.parent) from err
     if par.is_main:                                            # dcp.save returns once every rank has written
         files = train.run_state_files(unwrap(model).config, None, step, generator, history, cfg, scaler)
         written = tuple(f.relative_to(shards.parent).as_posix() for f in shards.rglob("*") if f.is_file())
         train.commit_checkpoint(path, step, files, written)
     barrier(par)
+
+
+def _save_failure(err: BaseException, folder: Path) -> BaseException:
+    """The error to raise for a failed sharded save: a full disk on any rank (OSError ENOSPC, or the
+    short write torch's zip writer reports as "unexpected pos") becomes one OSError that says so and
+    names the folder, as the unsharded save's does; anything else is raised as it is."""
+    causes = [failure[0] for failure in getattr(err, "failures", {}).values()] or [err]
+    if not any(isinstance(c, OSError) and c.errno == errno.ENOSPC or "unexpected pos" in str(c) for c in causes):
+        return err
+    free = shutil.disk_usage(folder if folder.exists() else folder.parent).free
+    return OSError(errno.ENOSPC, f"No space left on device while writing the sharded checkpoint to {folder} "
+                                 f"({free} bytes free there now): free space on that disk or choose another "
+                                 f"--out; the previous checkpoint, if any, is kept")
 
 
 def load(path: str | Path, model, optimizer, generator: torch.Generator, cfg, par: Parallel,

@@ -3,6 +3,10 @@
     prefill   model(prompt, cache)          -> logits of the last position; the cache holds the prompt
     decode    model(token, cache)           -> the next logits; position = number of cached tokens
 
+NaN logits (e.g. float16 overflow) raise FloatingPointError: argmax would silently pick a NaN's
+index, so whether a step saw NaN is kept on the device and read once, when the stream ends (one
+wait for the device per call, none per step).
+
 Sampling: temperature 0 is greedy (argmax). Otherwise logits / temperature (at least float32), keep the top_k
 largest and/or the smallest set of tokens whose probabilities sum to at least top_p (the
 nucleus), renormalise, and draw with ``generator``.
@@ -17,7 +21,7 @@ import torch
 
 from .attention import check_attention_mask
 from .checks import check_int, check_number, check_positive_int, check_token_ids
-from .kv_cache import KVCache
+from .kv_cache import KVCache, cache_config
 
 if TYPE_CHECKING:  # model.py does not import this module; the hint alone needs the class
     from .model import Llama
@@ -119,7 +123,9 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
     """Yield the next token of every row, (B,), as soon as it is chosen.
 
     A row that has produced ``eos_token_id`` keeps yielding it; the stream ends after
-    ``max_new_tokens`` steps or when every row has finished.
+    ``max_new_tokens`` steps or when every row has finished. NaN logits raise FloatingPointError
+    when the stream ends (sampling raises at once): whether any step saw one is gathered on the
+    device and read once, not every step, so the tokens before the error were already yielded.
     """
     _check_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, attention_mask)
     if max_new_tokens == 0:
@@ -127,8 +133,9 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model.config, batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
+    cache = KVCache(cache_config(model), batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
     logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
+    nan_seen = logits.isnan().any()                  # on the device: read once, when the stream ends
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         token = sample_next(logits, temperature, top_k, top_p, generator)        # (B,)
@@ -137,11 +144,13 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
             finished |= token == eos_token_id
         yield token
         if step == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
+            check_no_nan(nan_seen)                   # argmax would have picked a NaN's index silently
             return
         if attention_mask is not None:   # padded rows: the new token is real, extend the mask
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         # decode: the model's own token needs no checks (each would make a GPU wait, Chapter 8)
         logits = model.logits(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # (B, V)
+        nan_seen |= logits.isnan().any()
 
 
 def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
@@ -149,7 +158,8 @@ def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, tempera
              attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """The prompt followed by up to ``max_new_tokens`` new tokens per row, (B, T + n).
 
-    Greedy at temperature 0. Rows that finished early are filled with ``eos_token_id``.
+    Greedy at temperature 0. Rows that finished early are filled with ``eos_token_id``. NaN logits
+    at any step raise FloatingPointError (checked once, at the end).
     ``generator`` makes sampling reproducible (it must live on the model's device).
     """
     new = list(stream_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,

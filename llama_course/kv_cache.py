@@ -5,6 +5,9 @@ same for values, on the model's device and dtype. ``update`` writes the new posi
 (no concatenation that copies the whole cache every step) and returns the filled part.
 
     memory = 2 (K and V) * n_layers * batch * n_kv_heads * max_seq_len * head_dim * bytes per number
+
+A tensor-parallel rank (Chapter 13) computes only n_kv_heads / N of the heads: ``cache_config(model)``
+gives the config its cache is sized from.
 """
 
 from __future__ import annotations
@@ -82,3 +85,12 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes held by the buffers (all layers, keys and values)."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+def cache_config(model) -> LlamaConfig:
+    """The config a KV cache for ``model`` is sized from: ``model.config``, except on a
+    tensor-parallel rank (Chapter 13), whose attention layers compute only their share of the
+    key/value heads (``parallelize`` sets their ``n_kv_heads`` to n_kv_heads / N; the config keeps
+    the whole model's count)."""
+    local = getattr(model.layers[0].self_attn, "n_kv_heads", model.config.n_kv_heads)  # MLA: none per head
+    return model.config if local == model.config.n_kv_heads else model.config.replace(n_kv_heads=local)

@@ -23,15 +23,22 @@ product W_UK^T R_m would differ for every position m. That is why the rotated pa
 decoupled d_r-wide key, shared by all heads and cached as it is.
 
 Cache per token and layer: r + d_r numbers. DeepSeek-V3: (512 + 64) * 61 layers * 2 bytes = 70,272 B.
+
+A RoPE scaling with ``mscale_all_dim`` (DeepSeek's long-context configs) sharpens the softmax as
+transformers' DeepseekV3Attention does, whatever the rope_type except "default":
+
+    scale = mscale^2 / sqrt(d_n + d_r),   mscale = 0.1 * mscale_all_dim * ln(factor) + 1  (1 if factor <= 1)
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from .attention import causal_mask, merge_heads, softmax
-from .checks import check_int, check_positive_int, check_tensor, check_type
+from .checks import check_int, check_number, check_positive_int, check_tensor, check_type
 from .config import LlamaConfig
 from .kv_cache import KVCache
 from .linear import Linear
@@ -39,6 +46,19 @@ from .norm import RMSNorm
 
 LATENT_NORM_EPS = 1e-6   # transformers' DeepseekV3RMSNorm default, used on both latents
 FORMS = ("auto", "naive", "absorbed")
+
+
+def mla_scale(config: LlamaConfig) -> float:
+    """The softmax scale 1 / sqrt(d_n + d_r), times mscale^2 when rope_scaling has mscale_all_dim."""
+    scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
+    scaling = config.rope_scaling or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type != "default" and scaling.get("mscale_all_dim"):
+        factor = scaling.get("factor", 1.0)
+        all_dim = check_number("rope_scaling['mscale_all_dim']", scaling["mscale_all_dim"], low=0)
+        mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
+        scale *= mscale * mscale
+    return scale
 
 
 def latent_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -65,7 +85,7 @@ class MultiHeadLatentAttention(nn.Module):
         c = config
         self.n_heads, self.kv_lora_rank = c.n_heads, c.kv_lora_rank
         self.nope_dim, self.rope_dim, self.v_dim = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
-        self.scale = (self.nope_dim + self.rope_dim) ** -0.5
+        self.scale = mla_scale(c)                       # 1 / sqrt(d_n + d_r) (times mscale^2, see above)
         self.position_hook, self.form, self.backend = position_hook, "auto", "explicit"
         kw = dict(bias=False, device=device, dtype=dtype)
         q_out = c.n_heads * (self.nope_dim + self.rope_dim)

@@ -66,7 +66,7 @@ def parallelize_block(block: LlamaBlock, mesh) -> LlamaBlock:
 
 def parallelize(model: Llama, mesh) -> Llama:
     """Tensor-parallel blocks; the embedding, final norm and head stay whole on every rank."""
-    if model.config.n_experts > 1:
+    if model.config.is_moe:
         raise ValueError("tensor parallel here covers dense blocks; MoE layers use expert parallelism")
     for block in model.layers:
         parallelize_block(block, mesh)

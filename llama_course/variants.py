@@ -26,7 +26,7 @@ from .moe import MoE
 
 def is_deepseek_moe(config: LlamaConfig) -> bool:
     """Whether the experts are routed DeepSeek's way (anything beyond Mixtral's softmax top-k)."""
-    return config.n_experts > 1 and (config.moe_router == "sigmoid" or config.n_shared_experts > 0
+    return config.is_moe and (config.moe_router == "sigmoid" or config.n_shared_experts > 0
                                      or config.n_group > 1 or config.routed_scaling_factor != 1.0)
 
 
@@ -44,7 +44,7 @@ def make_attention(config: LlamaConfig, layer_idx: int, rotary, device=None, dty
 
 def make_ffn(config: LlamaConfig, layer_idx: int, device=None, dtype=None) -> nn.Module:
     """The FFN of block ``layer_idx``: dense, Mixtral-style MoE, or DeepSeekMoE."""
-    if config.n_experts == 1 or layer_idx < config.first_k_dense_replace:
+    if not config.is_moe or layer_idx < config.first_k_dense_replace:
         return SwiGLU(config.d_model, config.d_ff, device=device, dtype=dtype)
     if is_deepseek_moe(config):
         from .deepseek_moe import DeepSeekMoE

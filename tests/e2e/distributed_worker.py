@@ -3,12 +3,14 @@
 
 Scenarios: "all" (DDP and FSDP2 training, checkpoints at step 5, tensor parallel, Meta shards into
 tensor parallel) writes OUT/*.pt for the test to compare with one process; "fail" makes rank 1 raise;
-"disagree" runs the command line with other options on rank 1.
+"disagree" runs the command line with other options on rank 1; "tp-generate" decodes greedily with a
+tensor-parallel model; "full-disk" saves an FSDP2 checkpoint onto a (simulated) full disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -116,6 +118,77 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
         torch.save({"x": x, "logits": logits}, out / "meta_tp.pt")
 
 
+def run_tensor_parallel_generate(out: Path, par: distributed.Parallel) -> None:
+    """Greedy decoding with a KV cache on tensor-parallel models (CONFIG's 2 key/value heads, and 4:
+    plain multi-head attention) and on the whole ones; writes the tokens of every rank and the shape
+    of the cache each rank filled to OUT/tp-generate.pt."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from llama_course.generate import generate
+    from llama_course.tensor_parallel import parallelize
+
+    mesh = init_device_mesh("cpu", (par.world_size,))
+    prompt = torch.randint(0, CONFIG.vocab_size, (2, 5), generator=torch.Generator().manual_seed(5))
+    result = {}
+    for n_kv_heads in (CONFIG.n_kv_heads, CONFIG.n_heads):
+        whole, sharded = (Llama(CONFIG.replace(n_kv_heads=n_kv_heads)).eval() for _ in range(2)
+                          if torch.manual_seed(0))                # the same weights twice
+        parallelize(sharded, mesh)
+        seen = []
+        logits = sharded.logits
+
+        def spy(input_ids, positions=None, cache=None, *args, **kwargs):
+            seen.append(tuple(cache.keys[0].shape))
+            return logits(input_ids, positions, cache, *args, **kwargs)
+        sharded.logits = spy
+        tokens = generate(sharded, prompt, 12)
+        gathered = [None] * par.world_size
+        dist.all_gather_object(gathered, (tokens, seen[0]))
+        result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered}
+    if par.is_main:
+        torch.save(result, out / "tp-generate.pt")
+
+
+def run_full_disk(out: Path, par: distributed.Parallel) -> None:
+    """An FSDP2 run whose checkpoint save meets a full disk: every file torch.distributed.checkpoint
+    opens accepts 4096 bytes, then its write raises OSError(ENOSPC), as a file on a full disk does.
+    Each rank writes what it raised to OUT/full-disk-RANK.txt."""
+    import contextlib
+    import errno
+
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class FullDisk:
+        def __init__(self, stream):
+            self.stream, self.written = stream, 0
+
+        def write(self, data):
+            self.written += len(memoryview(data).cast("B"))
+            if self.written > 4096:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.stream.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    original = FileSystem.create_stream
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        with original(self, path, mode) as stream:
+            yield FullDisk(stream) if "w" in mode else stream
+    FileSystem.create_stream = create_stream
+    sharded = distributed.Parallel(par.rank, par.world_size, par.local_rank, par.device, shard=True)
+    try:
+        train(fresh_model(), *data(), TRAIN, out_dir=out / "full-disk", until=5, parallel=sharded)
+        raised = "nothing"
+    except BaseException as err:       # what the user sees (dcp's CheckpointException is a BaseException)
+        raised = f"{type(err).__name__}: {err}"
+    finally:
+        FileSystem.create_stream = original
+    (out / f"full-disk-{par.rank}.txt").write_text(raised)
+
+
 def run_disagreement(out: Path, par: distributed.Parallel) -> None:
     """The command line on two ranks launched with different --lr and --steps: each rank writes its
     exit status and what it printed to OUT/disagree-RANK.txt."""
@@ -145,6 +218,12 @@ def run(out: Path, scenario: str) -> int:
     try:
         if scenario == "disagree":
             run_disagreement(out, par)
+            return 0
+        if scenario == "full-disk":
+            run_full_disk(out, par)
+            return 0
+        if scenario == "tp-generate":
+            run_tensor_parallel_generate(out, par)
             return 0
         if scenario == "fail":
             if par.rank == 1:

@@ -197,6 +197,34 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
     assert time.perf_counter() - started < 100        # ended, not waited out
 
 
+def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_path):
+    """Each rank's KV cache holds only its n_kv_heads / 2 heads (it was sized from the config's global
+    count: twice too large with 2 key/value heads, a broadcast error with 4); the greedy tokens of
+    both ranks equal the unsharded model's."""
+    fork_two_ranks(tmp_path, "tp-generate", timeout=120)
+    result = torch.load(tmp_path / "tp-generate.pt", weights_only=False)
+    c = worker.CONFIG
+    for n_kv_heads in (c.n_kv_heads, c.n_heads):
+        reference = result[n_kv_heads]["reference"]
+        assert reference.shape == (2, 5 + 12)
+        for tokens, cache_shape in result[n_kv_heads]["ranks"]:
+            assert torch.equal(tokens, reference), n_kv_heads
+            assert cache_shape == (2, n_kv_heads // 2, 5 + 12 - 1, c.head_dim)
+
+
+def test_a_sharded_save_on_a_full_disk_says_so_and_names_the_folder(tmp_path):
+    """FSDP2's save onto a full disk (simulated where torch.distributed.checkpoint opens its files:
+    each accepts 4096 bytes, then write raises OSError(ENOSPC), as on a full disk; no root, no real
+    filesystem filled). It said 'RuntimeError: [enforce fail at inline_container.cc:672] unexpected
+    pos'; now every rank says no space is left, names the folder, and no checkpoint is promoted."""
+    fork_two_ranks(tmp_path, "full-disk", timeout=120)
+    for rank in (0, 1):
+        raised = (tmp_path / f"full-disk-{rank}.txt").read_text()
+        assert raised.startswith("OSError: ") and "No space left on device" in raised, raised
+        assert str(tmp_path / "full-disk" / "checkpoint.tmp") in raised, raised
+    assert not (tmp_path / "full-disk" / "checkpoint").exists()
+
+
 def test_ranks_launched_with_different_options_all_stop_naming_each_difference(tmp_path):
     started = time.perf_counter()
     fork_two_ranks(tmp_path, "disagree", timeout=120)

@@ -1,6 +1,8 @@
 """DeepSeekMoE and DeepSeek-V3 (Chapter 12): routing by hand-worked examples, whole models equal to
 transformers (DeepSeek-V3 and Qwen3-MoE), exact parameter counts."""
 
+import math
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -212,3 +214,121 @@ def test_routing_keeps_float64_and_runs_on_the_inputs_device(device):
     weights, experts = route_deepseek(logits, 2, bias=torch.zeros(8, device=device), n_group=4, topk_group=2)
     assert weights.dtype == torch.float64 and weights.device.type == device.type == experts.device.type
     torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64, device=device))
+
+
+# ---------------------------------------------------------------- legal degenerate MoE checkpoints
+def _save_and_compare(hf, tmp_path, expected_model=None):
+    """Save ``hf``, load it with the course and compare logits (prefill and cached decode) with
+    ``expected_model`` (default: ``hf`` itself) at the parity tolerance."""
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path)
+    ids = torch.randint(1, 101, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = (expected_model or hf)(ids).logits
+        torch.testing.assert_close(ours(ids), expected, rtol=0, atol=1e-5)
+        cache = KVCache(ours.config, 2, 9)
+        steps = [ours(ids[:, :4], cache=cache)] + [ours(ids[:, t:t + 1], cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=0, atol=1e-5)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters()) \
+        == count_parameters(ours.config)["total"]
+    return ours
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_one_routed_expert_loads_and_matches_transformers(family, tmp_path):
+    """transformers builds a router over a single expert (its softmax weight is 1); the course keeps
+    the MoE layer (config.single_expert_moe) instead of refusing the router and the expert."""
+    sizes = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager")
+    if family == "mixtral":
+        hf = transformers.MixtralForCausalLM(transformers.MixtralConfig(**sizes, num_local_experts=1,
+                                                                       num_experts_per_tok=1))
+    else:
+        hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            **sizes, head_dim=16, moe_intermediate_size=32, num_experts=1, num_experts_per_tok=1))
+    torch.manual_seed(6)
+    realistic_weights_(hf.eval(), std=0.2)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.config.single_expert_moe and isinstance(ours.layers[1].mlp, MoE)
+    assert ours.layers[1].mlp.gate.weight.shape == (1, 64)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_deepseek_v3_with_one_routed_expert_matches_transformers_with_an_unused_second(normalize, tmp_path):
+    """One routed expert per MoE layer. transformers' own forward cannot run it (its group score takes
+    topk(2) inside groups of one expert), so the oracle is transformers with two experts whose second
+    is never chosen (balancing bias -1e9, top-1): the same weights, routing and scaling. The checkpoint
+    loaded is transformers' one-expert model holding expert 0 of the two."""
+    two = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_routed_experts=2, n_group=1, topk_group=1,
+                                                           num_experts_per_tok=1, norm_topk_prob=normalize)).eval()
+    one = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_routed_experts=1, n_group=1, topk_group=1,
+                                                           num_experts_per_tok=1, norm_topk_prob=normalize)).eval()
+    torch.manual_seed(7)
+    realistic_weights_(two, std=0.2)
+    with torch.no_grad():
+        for name, b in two.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.tensor([0.3, -1e9]))                     # expert 1 is never chosen
+        state = {k: v[:1] if k.endswith(("mlp.gate.weight", "e_score_correction_bias")) else v
+                 for k, v in two.state_dict().items() if ".experts.1." not in k}
+        state = {k: v[:1] if v.dim() == 3 and ".mlp.experts." in k else v for k, v in state.items()}  # fused (E, ., .)
+        one.load_state_dict(state)
+    ours = _save_and_compare(one, tmp_path, expected_model=two)
+    assert ours.config.single_expert_moe and isinstance(ours.layers[2].mlp, DeepSeekMoE)
+
+
+def test_deepseek_v3_with_zero_shared_experts_matches_transformers(tmp_path):
+    """n_shared_experts = 0: transformers still builds shared_experts, of width 0 (empty matrices that
+    add zero); the course builds none and skips the empty tensors."""
+    torch.manual_seed(8)
+    hf = transformers.DeepseekV3ForCausalLM(_hf_v3_config(n_shared_experts=0)).eval()
+    realistic_weights_(hf, std=0.2)
+    assert hf.model.layers[1].mlp.shared_experts.gate_proj.weight.shape == (0, 64)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.layers[1].mlp.shared_experts is None
+
+
+def test_single_expert_moe_is_for_one_expert():
+    assert not LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2).is_moe
+    assert LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, single_expert_moe=True).is_moe
+    with pytest.raises(ValueError, match="single_expert_moe is for n_experts == 1"):
+        LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_experts=2, single_expert_moe=True)
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "linear", "factor": 4.0, "mscale_all_dim": 1.0},
+                                  {"rope_type": "dynamic", "factor": 2.0, "mscale_all_dim": 0.707,
+                                   "original_max_position_embeddings": 32}])
+def test_deepseek_v3_mscale_all_dim_outside_yarn_rescales_attention_as_transformers(rope, tmp_path):
+    """transformers' DeepseekV3Attention multiplies its softmax scale by mscale^2, mscale = 0.1 *
+    mscale_all_dim * ln(factor) + 1, whenever rope_type is not "default" (not only for YaRN)."""
+    torch.manual_seed(9)
+    hf = transformers.DeepseekV3ForCausalLM(_hf_v3_config(rope_parameters={**rope, "rope_theta": 10000.0})).eval()
+    realistic_weights_(hf, std=0.2)
+    expected_scale = (16 + 8) ** -0.5 * (0.1 * rope["mscale_all_dim"] * math.log(rope["factor"]) + 1) ** 2
+    assert hf.model.layers[0].self_attn.scaling == pytest.approx(expected_scale)
+    ours = _save_and_compare(hf, tmp_path)
+    assert ours.layers[0].self_attn.scale == pytest.approx(expected_scale)
+
+
+def test_transformers_bf16_deepseek_save_with_its_float32_router_loads_exactly(deepseek_v3, tmp_path):
+    """transformers keeps DeepSeek-V3's router (gate.weight, e_score_correction_bias) in float32 in a
+    bfloat16 model (_keep_in_fp32_modules_strict) and saves it so: the course loads that file as it
+    is (it was refused as "mixes dtypes"), and dtype=bfloat16 does not round the router either."""
+    from safetensors.torch import load_file
+
+    bf16 = transformers.DeepseekV3ForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert bf16.model.layers[1].mlp.gate.weight.dtype == torch.float32
+    bf16.save_pretrained(tmp_path / "bf16")
+    ids = torch.randint(1, 101, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = bf16(ids).logits.float()
+    for dtype in (None, torch.bfloat16):
+        ours = Llama.from_hf(tmp_path / "bf16", dtype=dtype)
+        theirs = load_file(str(tmp_path / "bf16" / "model.safetensors"))       # transformers' file
+        for name, p in ours.named_parameters():
+            reference = theirs["model." + name if "model." + name in theirs else name]
+            assert p.dtype == reference.dtype and torch.equal(p, reference), name   # router float32, rest bf16
+        with torch.no_grad():
+            logits = ours(ids).float()
+        # both compute in bfloat16 (8 mantissa bits), the routers in float32
+        torch.testing.assert_close(logits, expected, rtol=0, atol=0.05 * expected.abs().max().item())

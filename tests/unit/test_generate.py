@@ -129,6 +129,36 @@ def test_an_all_padding_row_and_nan_logits_are_named():
         m.lm_head.weight[7] = float("nan")                              # token 7's logit is NaN
     with pytest.raises(FloatingPointError, match="NaN logits"):          # not multinomial's bare error
         generate(m, prompt[1:], 3, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(FloatingPointError, match="NaN logits"):          # greedy: argmax would pick token 7
+        generate(m, prompt[1:], 3)
+
+
+@pytest.mark.parametrize("rows, eos_token_id", [([1], None), ([0, 1], 0)])
+def test_greedy_decoding_on_nan_logits_of_one_decode_step_raises_when_the_stream_ends(monkeypatch, rows,
+                                                                                       eos_token_id):
+    """NaN logits in the 2nd decode step only (one row; or both rows, whose argmax then picks token 0,
+    the EOS here, so the stream stops early): the NaN flag is gathered on the device each step and
+    read once when the stream ends, so generate raises instead of returning tokens picked from NaN."""
+    m = tiny(6)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    clean = generate(m, prompt, 5)
+    assert not (clean[:, 3:5] == 0).any()                              # no early EOS before the NaN step
+    calls, logits = [0], m.logits
+
+    def poisoned(*args, **kwargs):                                     # prefill, decode 1, decode 2 (NaN), ...
+        calls[0] += 1
+        out = logits(*args, **kwargs)
+        return out.clone().index_fill_(0, torch.tensor(rows), float("nan")) if calls[0] == 3 else out
+    monkeypatch.setattr(m, "logits", poisoned)
+    with pytest.raises(FloatingPointError, match="NaN logits"):
+        generate(m, prompt, 5, eos_token_id=eos_token_id)
+    calls[0] = 0
+    stream = stream_generate(m, prompt, 5, eos_token_id=eos_token_id)
+    seen = [next(stream) for _ in range(3)]                            # tokens come as soon as chosen
+    assert torch.equal(seen[0], clean[:, 3]) and torch.equal(seen[1], clean[:, 4])
+    assert (seen[2][rows] == 0).all()                                  # what argmax makes of a NaN row
+    with pytest.raises(FloatingPointError, match="NaN logits"):
+        list(stream)
 
 
 def test_sdpa_backend_generates_the_same_tokens():
