@@ -600,8 +600,9 @@ def restore_run_state(path: Path, optimizer=None, generator: torch.Generator | N
 def check_same_config(path: Path, saved: dict, config: LlamaConfig, cfg: TrainConfig | None = None) -> None:
     """ValueError naming every field where the checkpoint's config.json differs from the run's."""
     ours = json.loads(json.dumps(dataclasses.asdict(config)))          # as JSON stores it (tuples -> lists)
-    differing = [(f"{k}", saved["model"].get(k, "(absent)"), v) for k, v in ours.items()
-                 if saved["model"].get(k, "(absent)") != v]
+    defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    stored = {**json.loads(json.dumps(defaults)), **saved["model"]}    # a field newer than the file: its default
+    differing = [(f"{k}", stored.get(k, "(absent)"), v) for k, v in ours.items() if stored.get(k, "(absent)") != v]
     if cfg is not None:
         theirs, train_cfg = _trajectory(saved["train"]), _trajectory(dataclasses.asdict(cfg))
         differing += [(f"train.{k}", theirs[k], train_cfg[k]) for k in TRAJECTORY_FIELDS if theirs[k] != train_cfg[k]]

@@ -530,3 +530,21 @@ def test_a_stray_file_in_a_sharded_checkpoint_is_ignored_a_listed_one_checked(tm
     assert checkpoint_problem(checkpoint) is None                          # not listed: ignored
     (checkpoint / "dcp" / "__0_0.distcp").write_bytes(b"rank 0's shard, changed")
     assert "__0_0.distcp is corrupted" in checkpoint_problem(checkpoint)   # listed: checked
+
+
+def test_a_checkpoint_older_than_a_config_field_resumes_as_its_default(tmp_path):
+    """A checkpoint written before LlamaConfig gained a field (e.g. single_expert_moe) lacks it in its
+    config.json: the field reads as its default, and a real difference is still named."""
+    import dataclasses
+
+    from llama_course.train import check_same_config
+
+    config = LlamaConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=32)
+    model = json.loads(json.dumps(dataclasses.asdict(config)))
+    del model["single_expert_moe"]
+    check_same_config(tmp_path, {"model": model}, config)                      # accepted: the default holds
+    with pytest.raises(ValueError, match="single_expert_moe: checkpoint False, model True"):
+        check_same_config(tmp_path, {"model": model}, config.replace(single_expert_moe=True))
+    model["n_layers"] = 3
+    with pytest.raises(ValueError, match="n_layers: checkpoint 3, model 2"):
+        check_same_config(tmp_path, {"model": model}, config)
