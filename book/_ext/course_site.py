@@ -42,7 +42,11 @@ Registered in ``_config.yml`` next to ``course_version`` (``local_extensions``).
     output and the hidden MathML copy that screen readers read (``a11y/assistive-mml``);
   - Sphinx's search index and search code (0.17 MB) on every page, for the theme's
     search-as-you-type, which the book does not turn on (``search_as_you_type``); the search page
-    keeps them.
+    keeps them;
+  - sphinx-design's stylesheet and script (62 kB; Jupyter Book adds the extension) on a page that
+    uses none of its components (no ``sd-`` class);
+  - FontAwesome's brands webfont (118 kB) for the one GitHub mark of the header: course.css draws
+    it from an inline SVG.
 """
 from __future__ import annotations
 
@@ -183,6 +187,9 @@ _FONTAWESOME_JS = re.compile(r'\s*<script\b[^>]*\bsrc="[^"]*_static/scripts/font
                              r"\s*</script>")
 _SEARCH_JS = re.compile(r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|'
                         r'searchindex\.js)"></script>')
+_DESIGN = re.compile(r'\s*<(?:link rel="stylesheet" type="text/css" href|script[^>]*src)='
+                     r'"[^"]*_static/(?:sphinx-design\.min\.css|design-tabs\.js)[^"]*"[^>]*>(?:</script>)?')
+_USES_DESIGN = re.compile(r'class="(?:[^"]*\s)?sd-')
 LEAN_MATHJAX = ["input/tex", "output/chtml", "a11y/assistive-mml"]
 
 
@@ -213,6 +220,8 @@ def lighten_pages(app, exc) -> None:
         lighter = _FONTAWESOME_JS.sub("", html)
         if not search_everywhere and page.relative_to(outdir).as_posix() != "search.html":
             lighter = _SEARCH_JS.sub("", lighter)
+        if not _USES_DESIGN.search(lighter):
+            lighter = _DESIGN.sub("", lighter)
         if lighter != html:
             page.write_text(lighter, encoding="utf-8")
     for name in ("fontawesome.js", "fontawesome.js.map", "fontawesome.js.LICENSE.txt"):
