@@ -228,10 +228,37 @@ def lighten_pages(app, exc) -> None:
         (outdir / "_static" / "scripts" / name).unlink(missing_ok=True)
 
 
+_PST_HEADER_TOGGLE = re.compile(r'(<header id="pst-header"[^>]*>\s*<div class="bd-header__inner[^"]*">\s*'
+                                r'<button class="[^"]*primary-toggle"[^>]*>.*?</button>)', re.S)
+_BRAND = re.compile(r'<a class="navbar-brand logo" href="([^"]+)">\s*<p class="title logo__title">'
+                    r'([^<]+)</p>')
+
+
+def name_the_book(app, exc) -> None:
+    """build-finished: the phone header (#pst-header, hidden on a wide screen by course.css)
+    names the book next to its menu button, linking to the book's first page as the sidebar's
+    title does (issue 34: on a phone nothing on the first screen said which book it was)."""
+    if exc is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
+        if "_static" in page.relative_to(outdir).parts:
+            continue
+        html = page.read_text(encoding="utf-8")
+        brand = _BRAND.search(html)
+        if not brand or 'class="course-header-title"' in html:
+            continue
+        link = f'<a class="course-header-title" href="{brand.group(1)}">{brand.group(2).strip()}</a>'
+        named = _PST_HEADER_TOGGLE.sub(lambda m: m.group(1) + "\n  " + link, html, count=1)
+        if named != html:
+            page.write_text(named, encoding="utf-8")
+
+
 def setup(app):
     app.connect("config-inited", add_static)
     app.connect("config-inited", use_lean_mathjax)
     app.connect("build-finished", lighten_pages)
+    app.connect("build-finished", name_the_book)
     app.connect("html-page-context", dedupe_scripts)
     app.connect("html-page-context", frame_figures)
     app.connect("html-page-context", break_table_code)
