@@ -13,7 +13,7 @@ and an Index of where each key term is used (issue 34).
   ``bibliography.html#...``) and lists under each entry the chapters that cite it, each linking
   to the citation.
 * **Index entries for the chapters' key terms.** The Index repeated the glossary: one entry per
-  term, pointing at the glossary. ``index_terms`` gives every page that uses a glossary term
+  term, pointing at the glossary. ``IndexTerms`` gives every page that uses a glossary term
   (``{term}``) an index entry for it at its first use there, under the glossary's own wording of
   the term, so the Index lists each term with the chapters that use it.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
+from sphinx.transforms import SphinxTransform
 
 GLOSSARY = Path(__file__).resolve().parents[1] / "glossary.md"
 
@@ -133,28 +134,34 @@ def glossary_terms() -> dict[str, str]:
     return terms
 
 
-def index_terms(app, doctree) -> None:
-    """doctree-read: an index entry at the first use of each glossary term on a page."""
-    if app.env.docname.endswith("glossary") or not GLOSSARY.is_file():
-        return
-    terms = glossary_terms()
-    seen = set()
-    for xref in list(doctree.findall(addnodes.pending_xref)):
-        if xref.get("reftype") != "term":
-            continue
-        key = str(xref.get("reftarget", "")).lower()
-        if key in seen or key not in terms:
-            continue
-        seen.add(key)
-        target_id = f"index-{app.env.new_serialno('index')}"
-        target = nodes.target("", "", ids=[target_id])
-        index = addnodes.index(entries=[("single", terms[key], target_id, "", None)])
-        xref.parent.insert(xref.parent.index(xref), [index, target])
-        doctree.note_explicit_target(target)
+class IndexTerms(SphinxTransform):
+    """An index entry at the first use of each glossary term on a page. A transform, not a
+    doctree-read handler: the index domain collects a page's entries in SphinxDomains (priority
+    850), before doctree-read, so entries added there never reached the Index."""
+
+    default_priority = 840
+
+    def apply(self, **kwargs) -> None:
+        if self.env.docname.endswith("glossary") or not GLOSSARY.is_file():
+            return
+        terms = glossary_terms()
+        seen = set()
+        for xref in list(self.document.findall(addnodes.pending_xref)):
+            if xref.get("reftype") != "term":
+                continue
+            key = str(xref.get("reftarget", "")).lower()
+            if key in seen or key not in terms:
+                continue
+            seen.add(key)
+            target_id = f"index-{self.env.new_serialno('index')}"
+            target = nodes.target("", "", ids=[target_id])
+            index = addnodes.index(entries=[("single", terms[key], target_id, "", None)])
+            xref.parent.insert(xref.parent.index(xref), [index, target])
+            self.document.note_explicit_target(target)
 
 
 def setup(app):
     register_styles()
-    app.connect("doctree-read", index_terms, priority=400)   # before the index collector (500)
+    app.add_transform(IndexTerms)
     app.connect("build-finished", add_backlinks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
