@@ -122,6 +122,10 @@ document.addEventListener("DOMContentLoaded", () => {
   Search.htmlToText = (htmlString, anchor) => {
     const doc = new DOMParser().parseFromString(htmlString, "text/html");
     doc.querySelectorAll(chrome).forEach((el) => el.remove());
-    return plain(doc.documentElement.outerHTML, anchor);
+    // An index entry's anchor is an empty <span id>: its text is "", for which Sphinx's
+    // summary is null and appendChild(null) threw. Quote the page around the match instead.
+    const target = anchor ? doc.querySelector(`[role="main"] ${anchor}`) : null;
+    const empty = target && !target.textContent.trim();
+    return plain(doc.documentElement.outerHTML, empty ? undefined : anchor);
   };
 });
