@@ -13,6 +13,7 @@ server and as file:// URLs (how `make book` tells readers to open it):
   _build/screenshots/<page>.png;
 * the footer of every page names the course version, ``llama_course.__version__`` (book and
   package share one version; book/_ext/course_version.py puts it there);
+* over HTTP, no page weighs more than MAX_PAGE_BYTES with everything it loads;
 * figures, tables, listings and equations are numbered per chapter: on ``book/chNN_*`` they
   read "Figure N.1", "Figure N.2", ... and "(N.1)", ...; on other pages "Figure 1", ... .
 
@@ -84,6 +85,7 @@ class Visit:
     pending: dict = field(default_factory=dict)
     screenshot: Path | None = None
     shown: dict = field(default_factory=dict)             # footer and numbers as rendered
+    weight: dict = field(default_factory=dict)            # bytes loaded (HTTP only): total, top
 
 
 _PRE = re.compile(r"<pre\b.*?</pre>", re.S | re.I)
@@ -136,6 +138,20 @@ _SHOWN_JS = r"""
               .split('\n').filter(l => /glue\(|NBVAL/.test(l)).slice(0, 10),
 })
 """
+
+
+# Every byte the page loaded, uncompressed (the page itself and each resource, as Resource Timing
+# reports them: the test server sends no compression), with the five heaviest resources.
+_WEIGHT_JS = """
+() => {
+  const entries = [...performance.getEntriesByType('navigation'),
+                   ...performance.getEntriesByType('resource')];
+  const sized = entries.map(e => ({url: e.name, bytes: e.decodedBodySize || 0}));
+  sized.sort((a, b) => b.bytes - a.bytes);
+  return {total: sized.reduce((t, e) => t + e.bytes, 0), count: sized.length, top: sized.slice(0, 5)};
+}
+"""
+MAX_PAGE_BYTES = 2_500_000   # issue 34: the heaviest chapter weighed 4.65 MB
 
 
 def settle(page, visit: Visit, quiet_ms: int = 300, cap_s: float = 5.0) -> None:
@@ -217,6 +233,8 @@ class Site:
             v.shown = page.evaluate(_SHOWN_JS)
             page.evaluate("() => document.fonts.ready.then(() => true)")  # MathJax's woff fonts
             settle(page, v)
+            if transport == "http":
+                v.weight = page.evaluate(_WEIGHT_JS)
             if transport == "http" and rel.startswith("book/"):
                 v.screenshot = self.shots / (Path(rel).stem + ".png")
                 page.screenshot(path=str(v.screenshot))
@@ -381,6 +399,20 @@ def test_screenshot_written(site, book_page_id):
     _loaded(v)
     assert v.screenshot and v.screenshot.stat().st_size > 10_000, (
         f"{v.page}: screenshot missing or empty ({v.screenshot})")
+
+
+def test_page_weight(visit):
+    """Over HTTP, a page with everything it loads (scripts, styles, fonts, images) weighs at
+    most MAX_PAGE_BYTES uncompressed (issue 34)."""
+    if visit.transport != "http":
+        pytest.skip("weighed over HTTP (file:// reports no sizes)")
+    _loaded(visit)
+    w = visit.weight
+    assert w.get("count"), f"{visit.url}: no load measured at all: the measurement is broken"
+    assert w["total"] <= MAX_PAGE_BYTES, (
+        f"{visit.url} weighs {w['total'] / 1e6:.2f} MB over {w['count']} loads (at most "
+        f"{MAX_PAGE_BYTES / 1e6:.1f} MB); the heaviest:\n" + "\n".join(
+            f"{e['bytes'] / 1e3:8.1f} kB  {e['url']}" for e in w["top"]))
 
 
 # -------------------------------------------------------------------------------- search

@@ -29,6 +29,24 @@ Registered in ``_config.yml`` next to ``course_version`` (``local_extensions``).
     figure is shown at its own size at 100 dpi, which is ``width * 100 / dpi`` CSS px for a
     PNG of ``width`` pixels whose pHYs chunk says ``dpi`` (200: the notebooks save retina PNGs);
   - a drawn diagram (SVG) states its font sizes in user units of its viewBox.
+* **Page weight** (issue 34: the largest chapter weighed 4.65 MB, the first screen of a phone on a
+  slow line). What every page loaded that no page needs:
+
+  - FontAwesome's JavaScript (1.49 MB), which replaces each ``<i class="fa-...">`` with an inline
+    SVG. The theme's stylesheet already draws the same icons from its webfonts (``.fa-bars::before``
+    with ``fa-solid-900.woff2``), so ``lighten_pages`` drops the script tag from every page and
+    the script from ``_static``;
+  - MathJax's combined ``tex-chtml.js`` (1.16 MB), of which 0.43 MB is its right-click menu.
+    ``use_lean_mathjax`` loads MathJax's own ``startup.js`` with the components the book needs
+    instead: TeX input (whose ``autoload`` fetches any rarer package on demand), CommonHTML
+    output and the hidden MathML copy that screen readers read (``a11y/assistive-mml``);
+  - Sphinx's search index and search code (0.17 MB) on every page, for the theme's
+    search-as-you-type, which the book does not turn on (``search_as_you_type``); the search page
+    keeps them;
+  - sphinx-design's stylesheet and script (62 kB; Jupyter Book adds the extension) on a page that
+    uses none of its components (no ``sd-`` class);
+  - FontAwesome's brands webfont (118 kB) for the one GitHub mark of the header: course.css draws
+    it from an inline SVG.
 """
 from __future__ import annotations
 
@@ -165,8 +183,82 @@ def break_table_code(app, pagename, templatename, context, doctree) -> None:
     context["body"] = _TABLE.sub(lambda t: _PRE_TEXT.sub(in_code, t.group(0)), body)
 
 
+_FONTAWESOME_JS = re.compile(r'\s*<script\b[^>]*\bsrc="[^"]*_static/scripts/fontawesome\.js[^"]*"[^>]*>'
+                             r"\s*</script>")
+_SEARCH_JS = re.compile(r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|'
+                        r'searchindex\.js)"></script>')
+_DESIGN = re.compile(r'\s*<(?:link rel="stylesheet" type="text/css" href|script[^>]*src)='
+                     r'"[^"]*_static/(?:sphinx-design\.min\.css|design-tabs\.js)[^"]*"[^>]*>(?:</script>)?')
+_USES_DESIGN = re.compile(r'class="(?:[^"]*\s)?sd-')
+LEAN_MATHJAX = ["input/tex", "output/chtml", "a11y/assistive-mml"]
+
+
+def use_lean_mathjax(app, config) -> None:
+    """config-inited: MathJax's startup.js with the components the book needs (not tex-chtml.js
+    with its menu). sphinx-mathjax-offline set mathjax_path to its tex-chtml.js at setup."""
+    if not str(config.mathjax_path).startswith("mathjax/"):
+        return   # not the offline MathJax: leave whatever was chosen alone
+    config.mathjax_path = "mathjax/startup.js"
+    settings = dict(config.mathjax3_config or {})
+    loader = dict(settings.get("loader", {}))
+    loader["load"] = list(LEAN_MATHJAX)
+    settings["loader"] = loader
+    config.mathjax3_config = settings
+
+
+def lighten_pages(app, exc) -> None:
+    """build-finished: no FontAwesome script on any page, no search index but on the search
+    page (unless search-as-you-type is on), and FontAwesome's script gone from _static."""
+    if exc is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    search_everywhere = bool(app.config.html_theme_options.get("search_as_you_type"))
+    for page in outdir.rglob("*.html"):
+        if "_static" in page.relative_to(outdir).parts:
+            continue
+        html = page.read_text(encoding="utf-8")
+        lighter = _FONTAWESOME_JS.sub("", html)
+        if not search_everywhere and page.relative_to(outdir).as_posix() != "search.html":
+            lighter = _SEARCH_JS.sub("", lighter)
+        if not _USES_DESIGN.search(lighter):
+            lighter = _DESIGN.sub("", lighter)
+        if lighter != html:
+            page.write_text(lighter, encoding="utf-8")
+    for name in ("fontawesome.js", "fontawesome.js.map", "fontawesome.js.LICENSE.txt"):
+        (outdir / "_static" / "scripts" / name).unlink(missing_ok=True)
+
+
+_PST_HEADER_TOGGLE = re.compile(r'(<header id="pst-header"[^>]*>\s*<div class="bd-header__inner[^"]*">\s*'
+                                r'<button class="[^"]*primary-toggle"[^>]*>.*?</button>)', re.S)
+_BRAND = re.compile(r'<a class="navbar-brand logo" href="([^"]+)">\s*<p class="title logo__title">'
+                    r'([^<]+)</p>')
+
+
+def name_the_book(app, exc) -> None:
+    """build-finished: the phone header (#pst-header, hidden on a wide screen by course.css)
+    names the book next to its menu button, linking to the book's first page as the sidebar's
+    title does (issue 34: on a phone nothing on the first screen said which book it was)."""
+    if exc is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
+        if "_static" in page.relative_to(outdir).parts:
+            continue
+        html = page.read_text(encoding="utf-8")
+        brand = _BRAND.search(html)
+        if not brand or 'class="course-header-title"' in html:
+            continue
+        link = f'<a class="course-header-title" href="{brand.group(1)}">{brand.group(2).strip()}</a>'
+        named = _PST_HEADER_TOGGLE.sub(lambda m: m.group(1) + "\n  " + link, html, count=1)
+        if named != html:
+            page.write_text(named, encoding="utf-8")
+
+
 def setup(app):
     app.connect("config-inited", add_static)
+    app.connect("config-inited", use_lean_mathjax)
+    app.connect("build-finished", lighten_pages)
+    app.connect("build-finished", name_the_book)
     app.connect("html-page-context", dedupe_scripts)
     app.connect("html-page-context", frame_figures)
     app.connect("html-page-context", break_table_code)

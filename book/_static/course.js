@@ -106,3 +106,26 @@ document.addEventListener("DOMContentLoaded", () => {
     }, 0));
   }
 });
+
+// Search results: a summary from the page's text, not from its chrome (issue 34). Sphinx's
+// searchtools.js fetches each result page and quotes the text around the first match in its
+// [role="main"], which in this theme also holds the article's toolbar (launch and download
+// menus: "...Binder"), its in-page contents lists ("...Contents 12.1...", on screen and for
+// print) and the title (so a
+// match in the title, already shown as the link, made the summary). Those are taken out first.
+document.addEventListener("DOMContentLoaded", () => {
+  if (typeof Search === "undefined" || typeof Search.htmlToText !== "function") return;
+  const chrome = [".bd-header-article", ".bd-sidebar-secondary", "#pst-secondary-sidebar-modal",
+                  ".prev-next-area", ".bd-footer-article", "footer", "article h1",
+                  "#jb-print-docs-body"].join(", ");   // the print-only title and contents
+  const plain = Search.htmlToText;
+  Search.htmlToText = (htmlString, anchor) => {
+    const doc = new DOMParser().parseFromString(htmlString, "text/html");
+    doc.querySelectorAll(chrome).forEach((el) => el.remove());
+    // An index entry's anchor is an empty <span id>: its text is "", for which Sphinx's
+    // summary is null and appendChild(null) threw. Quote the page around the match instead.
+    const target = anchor ? doc.querySelector(`[role="main"] ${anchor}`) : null;
+    const empty = target && !target.textContent.trim();
+    return plain(doc.documentElement.outerHTML, empty ? undefined : anchor);
+  };
+});
