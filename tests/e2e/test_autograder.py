@@ -158,8 +158,9 @@ def test_setup_sh_installs_python_and_only_the_grading_pins(tmp_path):
     venv = [e for e in log if e[1:3] == ["-m", "venv"]]
     assert venv and Path(venv[0][0]).name == "python3.12"
     pip = [e[4:] for e in log if e[1:4] == ["-m", "pip", "install"]]
-    assert pip == [["--quiet", "--disable-pip-version-check", "torch==2.13.0", "--index-url",
-                    "https://download.pytorch.org/whl/cpu"],
+    assert pip == [["--quiet", "--disable-pip-version-check", "--no-deps", "torch==2.13.0", "--index-url",
+                    "https://download.pytorch.org/whl/cpu"],                  # torch alone from its CPU index,
+                   ["--quiet", "--disable-pip-version-check", "torch==2.13.0"],  # its dependencies from PyPI
                    ["--quiet", "--disable-pip-version-check", "-r", "requirements-grade.txt"]], pip
     # an image whose Python is new enough (Ubuntu 24.04: python3 is 3.12) needs no PPA
     log = run_setup(tmp_path / "noble", unpack(build(tmp_path / "b.zip", [4]), tmp_path / "noble" / "ag"),
