@@ -46,6 +46,7 @@ INSTRUCTOR_ONLY = [
     "solutions/", "tests/hidden/", "tests/grader_cases/", "tests/e2e/test_stubs.py", "tests/e2e/test_grader.py",
     "tests/e2e/test_autograder.py", "tests/e2e/test_release.py", "tests/e2e/test_install.py",
     "tests/e2e/test_feedback.py", "tests/e2e/test_hostile_submissions.py", "tests/e2e/test_grading_rules.py",
+    "tests/e2e/test_class_isolation.py", "tests/e2e/test_gradescope_fit.py",  # they grade tests/grader_cases
     "tools/student/",
     "tools/student_release.py", "tools/colab_cells.py", "requirements-grade.txt", "CONTRIBUTING.md",
     "book/instructors.md",

@@ -336,7 +336,13 @@ class Count:
                 devices = len(item.session.config.pluginmanager.get_plugin("llama_course.grade.plugin")
                               .available_devices()) if "device" in params else 1
                 points[label] = points.get(label, 0) + share / devices
-pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests/graded", "tests/hidden"], plugins=[Count()])
+import json, os
+if os.path.isdir("tests/hidden"):
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests/graded", "tests/hidden"], plugins=[Count()])
+else:  # a student release: the hidden tests' points per exercise, written by tools/student_release.py
+    pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "tests/graded"], plugins=[Count()])
+    for label, extra in json.load(open("tests/graded/hidden_points.json")).items():
+        points[label] = points.get(label, 0) + extra
 print("POINTS", repr(points))
 """
 
