@@ -58,7 +58,8 @@ def test_feedback_of_a_bare_assert_or_a_huge_message_is_cut_and_says_so():
 
 
 def result(exercise, score, max_score, kind="homework", name="test_x"):
-    return grader.TestResult(name, exercise, max_score, kind, score=score, failure="" if score == max_score else "wrong")
+    failure = "" if score == max_score else "wrong"
+    return grader.TestResult(name, exercise, max_score, kind, score=score, failure=failure)
 
 
 def test_a_homework_row_says_what_it_checked_and_what_it_cannot():
