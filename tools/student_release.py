@@ -104,6 +104,8 @@ def check_repository(url: str) -> str:
 
 def instructors_repository(repo: Path) -> tuple[str, str]:
     """(url, branch) of _config.yml's repository: the instructor's, which the release must not name."""
+    if not (repo / "_config.yml").is_file():
+        return "", BRANCH
     config = yaml.safe_load((repo / "_config.yml").read_text(encoding="utf-8")).get("repository") or {}
     return str(config.get("url", "")).rstrip("/"), str(config.get("branch", BRANCH))
 
