@@ -327,7 +327,7 @@ def test_the_release_needs_the_students_repository(tmp_path, capsys):
         with pytest.raises(SystemExit) as stop:
             student_release.main([*argv, "--out", str(tmp_path / "r.tar.gz")])
         assert stop.value.code == 2
-        assert "REPO=https://github.com/your-org/llama-course" in capsys.readouterr().err
+        assert "https://github.com/your-org/llama-course" in capsys.readouterr().err
     assert not (tmp_path / "r.tar.gz").exists()
     with pytest.raises(TypeError, match="repository"):
         student_release.check_repository(None)
