@@ -375,7 +375,7 @@ def test_the_release_grader_separates_what_it_checked_and_keeps_feedback_short(t
     (submission / "ch04_attention.py").write_text(wrong)
     out = tmp_path / "results.json"
     run = subprocess.run([sys.executable, "-m", "llama_course.grade", str(submission), "--chapter", "4",
-                          "--chapter", "13", "--out", str(out)], cwd=release, env=release_env(release),
+                          "--chapter", "13", "--out", str(out), "--same-user"], cwd=release, env=release_env(release),
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = {line.split("  ")[0]: line for line in run.stdout.splitlines() if line.startswith(("Exercise", "Homework"))}
