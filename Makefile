@@ -133,7 +133,7 @@ CHAPTERS ?=
 help::
 	@echo "make exercises   regenerate exercises/ from solutions/ (never overwrites an edited file)"
 	@echo "make autograder  the Gradescope zip (CHAPTERS=\"4 5\" for one assignment) in _build/"
-	@echo "make student-release  dist/llama-course-student.tar.gz: the students' repository"
+	@echo "make student-release REPO=URL  dist/llama-course-student.tar.gz: the students' repository at URL"
 	@echo "make colab-cells rewrite every notebook's Colab install cell from _config.yml"
 	@echo "make lock        re-pin requirements.lock and requirements-grade.txt from .venv"
 
@@ -143,9 +143,10 @@ exercises: install
 autograder: install
 	$(PY) -m llama_course.grade.autograder $(foreach c,$(CHAPTERS),--chapter $(c))
 
-# The students' repository: no key, no hidden tests, no instructor-only files (tools/student_release.py).
+# The students' repository (REPO=its https URL: the release's book, notebooks and clone line point there):
+# no key, no hidden tests, no instructor-only files, a git history of one commit on main (tools/student_release.py).
 student-release: install
-	$(PY) tools/student_release.py --out dist/llama-course-student.tar.gz
+	$(PY) tools/student_release.py --repository "$(REPO)" --out dist/llama-course-student.tar.gz
 
 colab-cells: install
 	$(PY) tools/colab_cells.py

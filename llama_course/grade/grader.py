@@ -48,10 +48,11 @@ import pytest
 
 from . import autograder, sandbox
 from .plugin import REPO, SANDBOX, graded_marker, graded_points
-from .points import Split, fmt, problems_for, split
+from .points import PROBLEMS, Split, fmt, label_of, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
+FEEDBACK_LINES, LINE_CHARS, FEEDBACK_CHARS = 12, 300, 1_400  # of a failure's message (short_feedback)
 JUNK = ("__MACOSX", "__pycache__", ".")  # archive debris and dotfiles, never graded
 SUBMISSION_BYTES = 50 << 20
 NOISE = re.compile(r"^\s*(Use -v to get more diff|Use -vv to get more diff|\.\.\.Full output truncated.*)\s*$")
@@ -158,7 +159,24 @@ def _describe_failure(call, report) -> str:
         text = f"{type(error).__name__}: {error}"
         for note in getattr(error, "__notes__", ()):
             text += f"\n{note}"
-    return "\n".join(line for line in text.splitlines() if not NOISE.match(line)).strip()
+    return short_feedback("\n".join(line for line in text.splitlines() if not NOISE.match(line)).strip())
+
+
+def short_feedback(text: str) -> str:
+    """A failure's message as a student reads it: the test's own message, without pytest's
+    re-evaluation of the asserted expression under it (``assert ...``, ``+ where ...``: it prints
+    whole tensors); at most FEEDBACK_LINES lines of at most LINE_CHARS characters, FEEDBACK_CHARS
+    in all, every cut said."""
+    lines = text.splitlines()
+    explained = next((i for i, line in enumerate(lines) if i and line.startswith("assert ")), None)
+    if explained is not None and lines[0].strip() not in ("AssertionError", "AssertionError:"):
+        lines = lines[:explained]  # the test's message already says what went wrong
+    cut = len(lines) > FEEDBACK_LINES
+    lines = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " [...]" for line in lines[:FEEDBACK_LINES]]
+    text = "\n".join(lines)
+    if len(text) > FEEDBACK_CHARS:
+        text, cut = text[:FEEDBACK_CHARS], True
+    return text + ("\n[... the rest of this message is cut]" if cut else "")
 
 
 def _targets(test_dirs: list[Path], chapters: list[int]) -> list[str]:
@@ -191,6 +209,19 @@ def run(path: Path, test_dirs: list[Path], chapters: list[int], timeout: float, 
     return list(collector.results.values()), errors
 
 
+def collect(test_dirs: list[Path]) -> list[TestResult]:
+    """Every graded test of ``test_dirs`` with its points, none of them run (pytest --collect-only)."""
+    collector = _Collector()
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        pytest.main([*map(str, test_dirs), "--collect-only", "-q", "-p", "llama_course.grade.plugin",
+                     "-p", "no:cacheprovider", "--import-mode=importlib", f"--rootdir={REPO}", "-o", "addopts="],
+                    plugins=[collector])
+    if collector.errors:
+        raise RuntimeError("\n".join(collector.errors))
+    return list(collector.results.values())
+
+
 def sandbox_options(confinement: sandbox.Confinement) -> list[str]:
     options = [f"--memory-limit={confinement.memory_limit}"]
     if confinement.uid is not None:
@@ -212,19 +243,45 @@ def _by_exercise(results: list[TestResult]) -> dict[str, list[TestResult]]:
     return exercises
 
 
-def table(results: list[TestResult]) -> str:
-    """The per-exercise summary a student reads: one row per exercise."""
+def table(results: list[TestResult], unchecked: dict[str, float] | None = None) -> str:
+    """The per-exercise summary a student reads: one row per exercise. ``unchecked``: {exercise:
+    points of hidden tests this run did not have} ({} when it ran them all; None when it had none
+    and does not know their points): a row whose checks here all pass then says what it checked
+    and what it could not, never "all tests pass"."""
     exercises = _by_exercise(results)
     width = max([len(name) for name in exercises] + [len("Exercise")])
     lines = [f"{'Exercise':<{width}}  {'Points':>11}  First failure", "-" * (width + 50)]
     for name, group in exercises.items():
         earned, possible = sum(r.score for r in group), sum(r.max_score for r in group)
         failing = next((r for r in group if r.score < r.max_score), None)
-        note = f"{failing.name}: {failing.first_line}" if failing else "all tests pass"
+        note = f"{failing.name}: {failing.first_line}" if failing else _pass_note(name, group, possible, unchecked)
         lines.append(f"{name:<{width}}  {_num(earned):>5} / {_num(possible):<5}  {note}")
     earned, possible = sum(r.score for r in results), sum(r.max_score for r in results)
     lines += ["-" * (width + 50), f"{'Total':<{width}}  {_num(earned):>5} / {_num(possible):<5}"]
+    rest = sum((unchecked or {}).get(name, 0.0) for name in exercises)
+    if rest:
+        lines.append(f"Not checked here: {_num(rest)} more points from hidden tests the instructor runs "
+                     f"({_num(possible + rest)} in all)")
     return "\n".join(lines)
+
+
+def _pass_note(name: str, group: list[TestResult], possible: float, unchecked: dict[str, float] | None) -> str:
+    """What a row whose tests all passed may claim."""
+    if unchecked is None and any(r.kind == "homework" for r in group):
+        return "public checks pass (the hidden tests the instructor runs give the rest of the points)"
+    rest = (unchecked or {}).get(name, 0.0)
+    if not rest:
+        return "all tests pass"
+    return (f"public checks pass ({_num(possible)} of {_num(possible + rest)} points; "
+            f"{_num(rest)} more from hidden tests the instructor runs)")
+
+
+def unchecked_points(test_dirs: list[Path]) -> dict[str, float]:
+    """{exercise label: points of its hidden tests} that a run of ``test_dirs`` cannot check: {} when
+    the hidden tests are among them, else each problem's hidden part from the points table."""
+    if any(d.name == "hidden" for d in test_dirs):
+        return {}
+    return {label_of(ident): float(problem.hidden) for ident, problem in PROBLEMS.items() if problem.hidden}
 
 
 def failing_exercises(results: list[TestResult]) -> set[str]:
@@ -615,7 +672,7 @@ def grade_one(path: Path, out: Path, test_dirs: list[Path], args) -> int:
             sandbox.remove_files_of(confinement.uid)
     notes = [n for n in (homework_note(results, test_dirs),) if n]
     print(f"Grading {submission}\n")
-    print(table(results) if results else "no graded tests ran")
+    print(table(results, unchecked_points(test_dirs)) if results else "no graded tests ran")
     report = failures(results, out)
     if report:
         print(f"\n{report}")

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llama_course.grade.stubs import BEGIN, END, make_stub
 
@@ -30,8 +31,11 @@ DRY = {"book", "lab", "test", "check", "test-unit", "test-package", "test-notebo
        "test-site-if-browser", "install-cuda", "gpu-check", "capstone"}
 
 
-def unpack_release(tmp_path: Path, repo: Path = REPO) -> Path:
-    archive = student_release.write_tarball(tmp_path / "release.tar.gz", repo)
+STUDENTS = "https://github.com/example-course/llama-course-students"   # the repository the students get
+
+
+def unpack_release(tmp_path: Path, repo: Path = REPO, repository: str = STUDENTS) -> Path:
+    archive = student_release.write_tarball(tmp_path / "release.tar.gz", repository, repo)
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
     return tmp_path / "unpacked" / student_release.PREFIX
@@ -43,7 +47,7 @@ def makefile_targets(text: str) -> set[str]:
 
 def test_release_is_a_students_repository(tmp_path):
     release = unpack_release(tmp_path)
-    files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file()}
+    files = {p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file() and ".git" not in p.parts}
     assert not any(f.startswith(("solutions/", "tests/hidden/", "tests/grader_cases/")) for f in files)
     for entry in student_release.INSTRUCTOR_ONLY:
         assert entry.rstrip("/") not in files and not any(f.startswith(entry) for f in files), entry
@@ -258,3 +262,135 @@ def test_the_release_checks_pass_a_clean_tree_and_catch_a_leak(fake_instructor_t
     assert any("llama_course/weave.py: 1 lines of Homework 99.A" in p for p in problems), problems
     assert any("llama_course/weave.py: defines interleave" in p for p in problems), problems
     assert any("points to the release's package" in p for p in problems), problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The students' repository: one setting names it, nothing speaks to the instructor, it pushes.
+
+INSTRUCTOR_WORDS = re.compile(r"make (exercises|autograder|student-release|colab-cells|lock)\b|instructor'?s edition"
+                              r"|holds? the key to|the key to every|[Kk]eep (it|this repository) private")
+# what a student reads: the book, the README, the Makefile, the exercises and the set-up files
+READ = ("book/", "exercises/", "binder/", ".ci/", ".github/", "README.md", "Makefile", "_config.yml", "_toc.yml")
+
+
+def texts(release: Path) -> dict[str, str]:
+    return {p.relative_to(release).as_posix(): p.read_text(encoding="utf-8", errors="replace")
+            for p in release.rglob("*") if p.is_file() and ".git" not in p.relative_to(release).parts
+            and p.suffix in (".md", ".ipynb", ".yml", ".py", ".txt", ".toml", ".cfg", "")}
+
+
+def test_the_release_points_to_the_students_repository_and_speaks_to_students(tmp_path):
+    release = unpack_release(tmp_path)
+    instructors_url = student_release.instructors_repository(REPO)[0]
+    found = texts(release)
+    assert instructors_url and not [path for path, text in found.items() if instructors_url in text]
+    config = yaml.safe_load((release / "_config.yml").read_text())["repository"]
+    assert (config["url"], config["branch"]) == (STUDENTS, "main")
+    assert f"!git clone --depth 1 --branch main {STUDENTS} course" in found["book/labs.md"]
+    notebooks = sorted(release.glob("book/ch[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        cell = next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        source = "".join(cell["source"])
+        assert f'REPOSITORY = "{STUDENTS}"' in source and 'BRANCH = "main"' in source, path.name
+    assert not (release / "book" / "instructors.md").exists() and "instructors" not in found["_toc.yml"]
+    speaking = {path: m[0] for path, text in found.items()
+                if path.startswith(READ) and (m := INSTRUCTOR_WORDS.search(text))}
+    assert speaking == {}, speaking
+    # the instructor's tree does say these things: the check can fail
+    assert INSTRUCTOR_WORDS.search((REPO / "book" / "instructors.md").read_text())
+    assert INSTRUCTOR_WORDS.search((REPO / "book" / "ch04_attention.ipynb").read_text())
+
+
+def test_the_release_is_a_history_on_main_that_pushes_into_an_empty_repository(tmp_path):
+    release = unpack_release(tmp_path)
+
+    def git(*args, cwd=release):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+    assert git("rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == "main"
+    assert len(git("rev-list", "--all").stdout.split()) == 1
+    assert git("status", "--porcelain").stdout == ""          # every file of the release is committed
+    tracked = set(git("ls-files").stdout.split())
+    assert "exercises/ch01_anatomy.py" in tracked and not any(f.startswith("solutions/") for f in tracked)
+    origin = tmp_path / "origin.git"
+    assert git("init", "-q", "--bare", str(origin), cwd=tmp_path).returncode == 0   # the new, empty repository
+    assert git("remote", "add", "origin", str(origin)).returncode == 0
+    push = git("push", "-u", "origin", "main")
+    assert push.returncode == 0, push.stderr
+    clone = git("clone", "-q", "--branch", "main", str(origin), str(tmp_path / "clone"), cwd=tmp_path)
+    assert clone.returncode == 0, clone.stderr
+    assert set(git("ls-files", cwd=tmp_path / "clone").stdout.split()) == tracked
+
+
+def test_the_release_needs_the_students_repository(tmp_path, capsys):
+    for argv in ([], ["--repository", "git@github.com:org/course.git"], ["--repository", "course"]):
+        with pytest.raises(SystemExit) as stop:
+            student_release.main([*argv, "--out", str(tmp_path / "r.tar.gz")])
+        assert stop.value.code == 2
+        assert "https://github.com/your-org/llama-course" in capsys.readouterr().err
+    assert not (tmp_path / "r.tar.gz").exists()
+    with pytest.raises(TypeError, match="repository"):
+        student_release.check_repository(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The release's own tests pass there, and its grader says what it checked.
+
+def release_env(release: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(release)}
+
+
+@pytest.mark.slow
+def test_the_release_passes_its_own_tests(tmp_path):
+    """The release's tests that need what an instructor's tree has (the key, the hidden tests, the
+    grader's case suites): tests/book and tests/graded, run there as its `make test-unit` and
+    `make test-package` do. (Its whole `make test`, notebooks, book and browser included, takes
+    tens of minutes: run by hand, see the commit that added this test; its tests/unit and the
+    rest of tests/e2e test the package and grader that the instructor's suite tests already.)"""
+    release = unpack_release(tmp_path)
+    args = ["tests/book", "tests/graded", "tests/unit/test_feedback_text.py", "--impl=package"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+                         cwd=release, env=release_env(release), capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert re.search(r"\d+ passed", run.stdout.splitlines()[-1]) and "error" not in run.stdout.splitlines()[-1]
+
+
+WRONG_CH04 = [  # (the key's line, a student's mistake)
+    ("    return softmax(scores.float(), dim=-1).to(q.dtype) @ v",
+     "    return softmax(scores.float(), dim=-1) @ v.float()"),                # bf16 in, float32 out
+    ("    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n", ""),    # an all -inf row gives NaN
+]
+
+
+@pytest.mark.slow
+def test_the_release_grader_separates_what_it_checked_and_keeps_feedback_short(tmp_path):
+    release = unpack_release(tmp_path)
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    shutil.copy(REPO / "solutions" / "ch13_parallel.py", submission)            # all right: public checks pass
+    wrong = (REPO / "solutions" / "ch04_attention.py").read_text()
+    for right, mistake in WRONG_CH04:
+        assert right in wrong
+        wrong = wrong.replace(right, mistake)
+    (submission / "ch04_attention.py").write_text(wrong)
+    out = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "llama_course.grade", str(submission), "--chapter", "4",
+                          "--chapter", "13", "--out", str(out), "--same-user"], cwd=release, env=release_env(release),
+                         capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {line.split("  ")[0]: line for line in run.stdout.splitlines() if line.startswith(("Exercise", "Homework"))}
+    for label in ("Homework 13.A pipeline_bubble_fraction", "Homework 13.B all_to_all_counts"):
+        assert re.search(r"public checks pass \(1 of (\d+) points; \d+ more from hidden tests the instructor runs\)",
+                         rows[label]), rows[label]
+    assert not [row for label, row in rows.items() if label.startswith("Homework") and "all tests pass" in row]
+    assert re.search(r"^Not checked here: \d+ more points from hidden tests", run.stdout, re.M)
+    tests = json.loads(out.read_text())["tests"]
+    failed = {t["name"]: t["output"] for t in tests if t["score"] < t["max_score"]}
+    dtype = [o for name, o in failed.items() if "test_sdpa_returns_q_dtype" in name]
+    nan = [o for name, o in failed.items() if "test_softmax_is_stable" in name]
+    assert dtype and nan, failed
+    assert dtype[0].splitlines()[0].endswith("bf16 inputs: attention must return bf16 (q's dtype), got torch.float32")
+    assert "NaN" in nan[0].splitlines()[0]
+    assert max(len(o) for o in failed.values()) <= 1500, {n: len(o) for n, o in failed.items()}
+    assert "tensor([" not in "".join(failed.values())

@@ -122,3 +122,19 @@ def test_fold_norm_weights_worked_example(impl):
     assert_close(folded["model.layers.0.self_attn.q_proj.weight"], torch.tensor([[10.0, 1.0], [30.0, 2.0]]),
                  "the docstring's folded q_proj (column j times g_j)")
     assert_equal(folded["model.layers.0.input_layernorm.weight"], torch.ones(2), "the folded norm weight (ones)")
+    # what the statement states: a NEW dict, the input untouched; each weight keeps its dtype; a
+    # tied checkpoint (no lm_head.weight) gets a head of its own, its embedding unchanged
+    state = {name: t.to(torch.bfloat16) for name, t in state.items() if name != "lm_head.weight"}
+    before = {name: t.clone() for name, t in state.items()}
+    folded = impl.fold_norm_weights(state, 1)
+    assert folded is not state and set(state) == set(before), \
+        "fold_norm_weights must return a NEW dict and leave the input's keys as they were"
+    for name, tensor in before.items():
+        assert_equal(state[name], tensor, f"the input's {name} after fold_norm_weights (the input must not change)")
+    q_proj = folded["model.layers.0.self_attn.q_proj.weight"]
+    assert q_proj.dtype == torch.bfloat16, f"a bf16 q_proj must stay bf16 after folding, got {q_proj.dtype}"
+    assert "lm_head.weight" in folded, "a tied checkpoint (no lm_head.weight) must get an lm_head.weight of its own"
+    assert_close(folded["lm_head.weight"], torch.ones(3, 2, dtype=torch.bfloat16) * torch.tensor([2.0, 3.0]).bfloat16(),
+                 "the tied head: the embedding (ones) times the final norm's weight [2, 3]")
+    assert_equal(folded["model.embed_tokens.weight"], before["model.embed_tokens.weight"],
+                 "the embedding of a tied checkpoint (it must NOT change)")

@@ -100,6 +100,20 @@ def test_partial_rope_worked_example(impl):
     for layout in ("half", "interleaved"):
         out = impl.apply_partial_rope(x, torch.tensor([1]), 2, layout=layout)
         assert_close(out, expected, f"the docstring's example (layout={layout!r})")
+    # what the statement states: pair k turns by position * base^(-2k / rotary_dim), the speeds from
+    # rotary_dim, not head_dim. head_dim 8, rotary_dim 4, base 100, position 3: pair 1 turns by
+    # 3 * 100^(-2/4) = 0.3 rad; in the half layout pair 1 is (x_1, x_3), interleaved (x_2, x_3)
+    c, s_ = math.cos(0.3), math.sin(0.3)
+    for layout, x, expected in (("half", [0.0, 1, 0, 0, 7, 8, 9, 10], [0.0, c, 0, s_, 7, 8, 9, 10]),
+                                ("interleaved", [0.0, 0, 1, 0, 7, 8, 9, 10], [0.0, 0, c, s_, 7, 8, 9, 10])):
+        x, expected = torch.tensor([x]), torch.tensor([expected])
+        copy = x.clone()
+        out = impl.apply_partial_rope(x, torch.tensor([3]), 4, base=100.0, layout=layout)
+        assert_close(out, expected, f"head_dim 8, rotary_dim 4, base 100, position 3 (layout={layout!r}): pair 1 "
+                                    f"turns by 3 * 100^(-2/4) = 0.3 rad (speeds from rotary_dim, not head_dim)")
+        assert_equal(x, copy, "x after apply_partial_rope (it must not be changed in place)")
+    half = impl.apply_partial_rope(torch.tensor([[1.0, 0.0, 5.0, 6.0]]).bfloat16(), torch.tensor([1]), 2)
+    assert half.dtype == torch.bfloat16, f"apply_partial_rope of bf16 x must return bf16 (x's dtype), got {half.dtype}"
 
 
 @pytest.mark.graded(ROPE2D, weight=1, kind="homework")

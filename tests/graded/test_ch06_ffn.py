@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ._checks import assert_close
+from ._checks import assert_close, assert_equal
 
 SILU = "Exercise 6.1 silu"
 SWIGLU = "Exercise 6.2 swiglu"
@@ -82,6 +82,25 @@ def test_swiglu_backward_worked_example(impl):
     assert len(grads) == 4, f"swiglu_backward must return 4 gradients, got {len(grads)}"
     for got, expected, name in zip(grads, (1.6587, 0.9277, 0.7311, 0.7311), ("x", "w_gate", "w_up", "w_down")):
         assert_close(got, torch.tensor([[expected]]), f"the docstring's grad_{name}", rtol=0, atol=1e-4)
+    # what the statement states: each gradient has the shape of its input (d_model 3 != d_ff 5, so a
+    # transposed product shows), the weight gradients sum over every leading position of x (2, 4),
+    # the inputs' dtype (float64) is kept, and the inputs are left as they were
+    g = torch.Generator().manual_seed(0)
+    inputs = {"x": torch.randn(2, 4, 3, generator=g, dtype=torch.float64),
+              "w_gate": torch.randn(5, 3, generator=g, dtype=torch.float64),
+              "w_up": torch.randn(5, 3, generator=g, dtype=torch.float64),
+              "w_down": torch.randn(3, 5, generator=g, dtype=torch.float64),
+              "grad_out": torch.randn(2, 4, 3, generator=g, dtype=torch.float64)}
+    copies = {name: t.clone() for name, t in inputs.items()}
+    grads = impl.swiglu_backward(*inputs.values())
+    assert len(grads) == 4, f"swiglu_backward must return 4 gradients, got {len(grads)}"
+    for got, name in zip(grads, ("x", "w_gate", "w_up", "w_down")):
+        shape = tuple(getattr(got, "shape", ()))
+        assert shape == tuple(inputs[name].shape), \
+            f"grad_{name} has shape {shape}, expected {name}'s {tuple(inputs[name].shape)} (x (2, 4, 3), d_ff 5)"
+        assert got.dtype == torch.float64, f"float64 inputs: grad_{name} must be float64, got {got.dtype}"
+    for name, tensor in copies.items():
+        assert_equal(inputs[name], tensor, f"{name} after swiglu_backward (the inputs must not change)")
 
 
 @pytest.mark.graded(PRUNE, weight=1, kind="homework")

@@ -62,6 +62,10 @@ def test_update_writes_in_place_and_returns_everything(impl):
                  "do not hold the keys")
     assert_equal(cache.values[0][:, :, :4], values, "the cache was not written in place: buffer positions 0..3 "
                  "do not hold the values")
+    for got, buffer, what in ((keys, cache.keys[0], "keys"), (values, cache.values[0], "values")):
+        assert got.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr(), \
+            (f"update returned {what} that are a copy, not the cache's own buffer: return "
+             f"self.{what}[layer][:, :, :end] (a view), do not torch.cat the past with the new positions")
     cache.advance()
     assert cache.length == 4, f"after two advances over 3 + 1 positions cache.length is {cache.length}, expected 4"
     with pytest.raises(ValueError, match="8"):
@@ -130,7 +134,9 @@ def _top_p_by_definition(logits, top_p):
 
 
 def _check_top_p(impl, logits, top_p):
+    copy = logits.clone()
     out = impl.top_p_filter(logits, top_p)
+    assert_equal(logits, copy, "the logits after top_p_filter (return a new tensor; the input must not change)")
     assert out.shape == logits.shape, f"top_p_filter returned shape {tuple(out.shape)}, expected {tuple(logits.shape)}"
     for row in range(logits.shape[0]):
         kept, before = _top_p_by_definition(logits[row], top_p)

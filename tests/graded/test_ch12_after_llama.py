@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ._checks import assert_close, assert_equal
+
 PACKAGE_MODULES = ["llama_course.sliding_window", "llama_course.deepseek_moe"]
 
 BAND = "Exercise 12.1 banded_mask"
@@ -34,8 +36,10 @@ def test_banded_mask_matches_transformers(impl, device):
         queries, keys = torch.arange(total - q_len, total)[:, None], torch.arange(total)[None, :]
         expected = rule(0, 0, queries, keys)                          # transformers' rule, evaluated on a grid
         got = impl.banded_mask(q_len, window, kv_len, device=device)
-        assert got.dtype == torch.bool and got.device.type == device.type
-        assert torch.equal(got.cpu(), expected), f"q_len={q_len}, window={window}, kv_len={kv_len}"
+        assert got.dtype == torch.bool, f"banded_mask must return a boolean mask, got {got.dtype}"
+        assert got.device.type == device.type, f"banded_mask(..., device={device}) returned a mask on {got.device}"
+        assert_equal(got.cpu(), expected, f"banded_mask(q_len={q_len}, window={window}, kv_len={kv_len}) vs "
+                                          f"transformers' sliding-window rule (True = may attend)")
     with pytest.raises(ValueError, match="window"):
         impl.banded_mask(4, 0)
 
@@ -61,8 +65,8 @@ def test_mla_absorbed_equals_naive(impl, device, q_len):
     scale = (d_n + d_r) ** -0.5
     got = impl.mla_absorbed_attention(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, scale, mask)
     expected = naive_mla(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, scale, mask)
-    assert got.shape == (B, H, q_len, d_v)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert_close(got, expected, f"mla_absorbed_attention ({'one new query' if q_len == 1 else 'prefill'}) vs "
+                                f"the naive form (keys and values expanded per head)")
 
 
 @pytest.mark.graded(GROUPS, weight=2)
@@ -77,8 +81,12 @@ def test_group_limited_topk_matches_transformers(impl):
         x = randn(64, n_experts, seed=seed, scale=2.0)
         _, _, expected = router(x)
         got = impl.group_limited_topk(torch.sigmoid(x), top_k, n_group, topk_group)
-        assert got.shape == (64, top_k)
-        assert torch.equal(got.sort(-1).values, expected.sort(-1).values), f"E={n_experts}, groups={n_group}"
+        assert tuple(got.shape) == (64, top_k), \
+            f"group_limited_topk returned shape {tuple(got.shape)}, expected (tokens, top_k) = (64, {top_k})"
+        assert_equal(got.sort(-1).values, expected.sort(-1).values,
+                     f"the experts chosen (sorted per token), E={n_experts}, groups={n_group}, "
+                     f"topk_group={topk_group},"
+                     " vs transformers' DeepseekV3TopkRouter", check_dtype=False)
 
 
 @pytest.mark.graded(SINK, weight=1, kind="homework")
@@ -87,13 +95,29 @@ def test_attention_sink_mask_worked_example(impl):
     expected = torch.tensor([[T, F_, F_, F_, F_], [T, T, F_, F_, F_], [T, T, T, F_, F_],
                              [T, F_, T, T, F_], [T, F_, F_, T, T]])
     got = impl.attention_sink_mask(5, 2, 1)
-    assert got.dtype == torch.bool and got.shape == (5, 5)
-    assert torch.equal(got, expected)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bool, \
+        f"attention_sink_mask must return a boolean tensor, got {getattr(got, 'dtype', type(got).__name__)}"
+    assert_equal(got, expected, "the docstring's example attention_sink_mask(5, 2, 1) (True = may attend)")
 
 
 @pytest.mark.graded(BALANCE, weight=1, kind="homework")
 def test_sequence_balance_loss_worked_example(impl):
     scores = torch.tensor([[1.0, 1.0, 2.0], [2.0, 1.0, 1.0]])
     loss = impl.sequence_balance_loss(scores, torch.tensor([[2], [0]]), 3, 1.0)
-    assert loss.dim() == 0 and loss.dtype == torch.float32
-    assert abs(loss.item() - 1.125) < 1e-6
+    assert isinstance(loss, torch.Tensor) and loss.dim() == 0, \
+        f"the loss must be a 0-dim tensor, got {getattr(loss, 'shape', type(loss).__name__)}"
+    assert loss.dtype == torch.float32, f"the loss must be float32, got {loss.dtype}"
+    assert abs(loss.item() - 1.125) < 1e-6, f"the docstring's example: loss {loss.item():.6g}, expected 1.125"
+    # what the statement states: an even routing with uniform scores gives exactly alpha (K = 2 here:
+    # f_i carries the 1/K), bf16 scores give a float32 loss, differentiable in the scores, inputs unchanged
+    experts = torch.tensor([[0, 1], [2, 3], [0, 1], [2, 3]])                 # T = 4, K = 2, every expert twice
+    scores = torch.full((4, 4), 0.3, requires_grad=True)
+    loss = impl.sequence_balance_loss(scores, experts, 4, 0.5)
+    assert abs(float(loss) - 0.5) < 1e-6, (f"even routing (T=4, K=2, E=4) with uniform scores: loss {float(loss):.6g}, "
+                                           f"expected alpha = 0.5 (f_i = N_r / (K T) * count_i: is the 1/K there?)")
+    assert loss.requires_grad, "the loss must be differentiable in scores (no .item(), no torch.no_grad)"
+    half = scores.detach().to(torch.bfloat16)
+    copy = half.clone()
+    out = impl.sequence_balance_loss(half, experts, 4, 0.5)
+    assert out.dtype == torch.float32, f"bf16 scores: the loss must be float32, got {out.dtype}"
+    assert_equal(half, copy, "the scores after sequence_balance_loss (they must not be changed in place)")

@@ -37,12 +37,15 @@ def simulated_bubble(stages: int, micro: int) -> float:
 @pytest.mark.parametrize("stages, micro", [(1, 1), (2, 1), (4, 8), (8, 8), (8, 32), (3, 5), (16, 4)])
 def test_bubble_matches_the_simulated_schedule(impl, stages, micro):
     expected = simulated_bubble(stages, micro)
-    assert impl.pipeline_bubble_fraction(stages, micro) == pytest.approx(expected, abs=1e-12)
+    got = impl.pipeline_bubble_fraction(stages, micro)
+    assert got == pytest.approx(expected, abs=1e-12), \
+        f"{stages} stages, {micro} micro-batches: bubble {got}, the simulated schedule's {expected}"
 
 
 @pytest.mark.graded(BUBBLE, weight=1, kind="homework")
 def test_bubble_published_value_and_bad_input(impl):
-    assert impl.pipeline_bubble_fraction(4, 8) == pytest.approx(3 / 11)   # (p-1)/(m+p-1), GPipe Sec. 2.2
+    got = impl.pipeline_bubble_fraction(4, 8)                              # (p-1)/(m+p-1), GPipe Sec. 2.2
+    assert got == pytest.approx(3 / 11), f"pipeline_bubble_fraction(4, 8) = {got}, GPipe's 3/11"
     for args in ((0, 4), (4, 0), (2.5, 4)):
         with pytest.raises(ValueError):
             impl.pipeline_bubble_fraction(*args)
@@ -65,9 +68,10 @@ def test_counts_match_a_loop(impl, ranks, experts, tokens, k):
     ids = torch.stack([torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
                        for _ in range(ranks)])                                          # (R, N, k)
     counts = impl.all_to_all_counts(ids, experts)
-    assert counts.dtype == torch.int64
-    assert counts.tolist() == loop_counts(ids, experts)
-    assert counts.sum(1).tolist() == [tokens * k] * ranks                               # every pair sent once
+    assert counts.dtype == torch.int64, f"all_to_all_counts must return int64, got {counts.dtype}"
+    expected = loop_counts(ids, experts)
+    assert counts.tolist() == expected, f"{ranks} ranks, {experts} experts, top-{k}: counts differ from a loop's"
+    assert counts.sum(1).tolist() == [tokens * k] * ranks, "every (token, expert) pair must be sent exactly once"
 
 
 @pytest.mark.graded(A2A, weight=1, kind="homework")
