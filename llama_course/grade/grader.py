@@ -209,14 +209,20 @@ def run(path: Path, test_dirs: list[Path], chapters: list[int], timeout: float, 
     return list(collector.results.values()), errors
 
 
-def collect(test_dirs: list[Path]) -> list[TestResult]:
-    """Every graded test of ``test_dirs`` with its points, none of them run (pytest --collect-only)."""
+def _collect_only(test_dirs: list[Path]) -> _Collector:
+    """pytest --collect-only over ``test_dirs`` with the grading plugin: the collector, nothing run."""
     collector = _Collector()
     log = io.StringIO()
     with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         pytest.main([*map(str, test_dirs), "--collect-only", "-q", "-p", "llama_course.grade.plugin",
                      "-p", "no:cacheprovider", "--import-mode=importlib", f"--rootdir={REPO}", "-o", "addopts="],
                     plugins=[collector])
+    return collector
+
+
+def collect(test_dirs: list[Path]) -> list[TestResult]:
+    """Every graded test of ``test_dirs`` with its points, none of them run (pytest --collect-only)."""
+    collector = _collect_only(test_dirs)
     if collector.errors:
         raise RuntimeError("\n".join(collector.errors))
     return list(collector.results.values())
@@ -538,12 +544,7 @@ def exercise_sections() -> dict[str, str]:
 
 def list_exercises(test_dirs: list[Path]) -> int:
     """Print every exercise the graded tests know: id, name, kind, chapter section, points."""
-    collector = _Collector()
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        pytest.main([*map(str, test_dirs), "--collect-only", "-q", "-p", "llama_course.grade.plugin",
-                     "-p", "no:cacheprovider", "--import-mode=importlib", f"--rootdir={REPO}", "-o", "addopts="],
-                    plugins=[collector])
+    collector = _collect_only(test_dirs)
     for error in collector.errors:
         print(f"grader error: {error}", file=sys.stderr)
     sections, splits = exercise_sections(), collector.splits
