@@ -254,11 +254,26 @@ def name_the_book(app, exc) -> None:
             page.write_text(named, encoding="utf-8")
 
 
+def root_favicon(app, exc) -> None:
+    """The site's root holds a favicon.ico too: jupyter-book's redirecting index.html has no icon
+    link, so a browser asks for /favicon.ico there (a 404 in the console). Drawn like favicon.svg."""
+    if exc is not None or app.builder.format != "html":
+        return
+    from PIL import Image, ImageDraw
+
+    icon = Image.new("RGBA", (32, 32), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(icon)
+    draw.rounded_rectangle((0, 0, 31, 31), radius=6, fill="#3b6ea5")
+    draw.text((16, 16), "L", fill="#ffffff", anchor="mm", font_size=18)
+    icon.save(Path(app.outdir) / "favicon.ico", sizes=[(32, 32)])
+
+
 def setup(app):
     app.connect("config-inited", add_static)
     app.connect("config-inited", use_lean_mathjax)
     app.connect("build-finished", lighten_pages)
     app.connect("build-finished", name_the_book)
+    app.connect("build-finished", root_favicon)
     app.connect("html-page-context", dedupe_scripts)
     app.connect("html-page-context", frame_figures)
     app.connect("html-page-context", break_table_code)

@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -611,6 +612,7 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) ->
     if set(parts) - set("abcd") or not parts:
         raise ValueError(f"parts must be letters from 'abcd', got {parts!r}")
     torch.manual_seed(0)
+    out = _wrapping(out)
     capstone = Capstone(folder, sizes or Sizes(), out)
     out(f"Your LLaMA, assembled from {folder}/ (each piece's functions, and where they came from):")
     for piece, where in capstone.student.served_by().items():
@@ -627,6 +629,15 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) ->
     capstone.results = results
     grade.last = capstone
     return results
+
+
+def _wrapping(out, width: int = 78):
+    """``out`` with each line wrapped at ``width`` columns (a book column, a terminal), its
+    continuation lines indented four more than the line itself."""
+    def emit(line: str) -> None:
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        out(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False))
+    return emit
 
 
 def _print_part(part: Part, out) -> None:
