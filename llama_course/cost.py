@@ -24,11 +24,11 @@ from .config import LlamaConfig, count_parameters, is_sliding_layer
 from .device import synchronize
 
 
-def _check_config(config: LlamaConfig, **values) -> None:
-    """TypeError unless ``config`` is a LlamaConfig; ValueError unless every other value is a number > 0."""
+def _check_config(config: LlamaConfig, **counts) -> None:
+    """TypeError unless ``config`` is a LlamaConfig and every count an int; ValueError unless each is >= 1."""
     check_type("config", config, LlamaConfig)
-    for name, value in values.items():
-        check_positive_number(name, value)
+    for name, value in counts.items():
+        check_positive_int(name, value)
 
 
 def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
@@ -40,7 +40,8 @@ def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, b
     one shared RoPE key per position (DeepSeek-V3: (512 + 64) * 61 * 2 = 70,272 bytes per token),
     and a sliding-window layer keeps at most its window (Mistral 7B v0.1 stops growing at 4096).
     """
-    _check_config(config, seq_len=seq_len, batch_size=batch_size, bytes_per_value=bytes_per_value)
+    _check_config(config, seq_len=seq_len, batch_size=batch_size)
+    check_positive_number("bytes_per_value", bytes_per_value)
     per_position = 2 * config.n_kv_heads * config.head_dim              # a key and a value per KV head
     if config.kv_lora_rank is not None:                                 # MLA (Chapter 12): latent + RoPE key
         per_position = config.kv_lora_rank + config.qk_rope_head_dim

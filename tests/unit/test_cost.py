@@ -57,11 +57,18 @@ def test_decode_bytes_read_the_cache_each_model_really_keeps():
 
 def test_bad_input():
     llama2 = PRESETS["llama2-7b"]
-    with pytest.raises(ValueError, match="seq_len must be a finite number > 0"):
+    with pytest.raises(ValueError, match="seq_len"):
         kv_cache_bytes(llama2, 0)
+    with pytest.raises(TypeError, match="seq_len"):            # a count of tokens, not 2.5 tokens
+        kv_cache_bytes(llama2, 2.5)
+    with pytest.raises(TypeError, match="batch_size"):
+        prefill_flops(llama2, 8, batch_size=1.5)
+    with pytest.raises(ValueError, match="bytes_per_value"):
+        kv_cache_bytes(llama2, 8, bytes_per_value=0)
+    assert kv_cache_bytes(llama2, 8, bytes_per_value=0.5) == kv_cache_bytes(llama2, 8, bytes_per_value=2) // 4
     with pytest.raises(TypeError, match="config"):
         kv_cache_bytes({"n_layers": 32}, 1)
-    with pytest.raises(TypeError, match="context must be a number"):
+    with pytest.raises(TypeError, match="context"):
         flops_per_token(llama2, "1")
     with pytest.raises(ValueError, match="repeats"):
         measure_accelerator("cpu", size=8, copy_mb=1, repeats=0)
