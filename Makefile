@@ -18,11 +18,13 @@ IMPL := $(if $(wildcard solutions/*.py),solutions,package)
 CHAPTER ?=
 
 .PHONY: help install install-cuda book lab lint gpu-check check test test-unit test-package test-notebooks test-book \
-        test-site test-site-if-browser grade capstone clean exercises autograder student-release colab-cells lock
+        test-site test-site-if-browser book-zh translations grade capstone clean exercises autograder student-release colab-cells lock
 
 help::
 	@echo "make install     create .venv with the pinned environment (TORCH=auto|cpu|cuda, see README.md)"
 	@echo "make book        build the HTML book into _build/html"
+	@echo "make book-zh     build the Chinese edition into _build/html/zh (in progress)"
+	@echo "make translations  refresh locale/zh_CN's catalogues and list what is left to translate"
 	@echo "make lab         JupyterLab on book/ with the course kernel registered"
 	@echo "make grade       grade your exercises/ (CHAPTER=4 for one chapter)"
 	@echo "make capstone    Chapter 14: assemble your exercises/ into a LLaMA and grade it (PARTS=ab for some)"
@@ -51,6 +53,17 @@ install-cuda: install
 book: install
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@echo "Open file://$(CURDIR)/_build/html/index.html"
+
+# The Chinese edition (issue 38; not yet complete): the same pages with the translations of
+# locale/zh_CN, into _build/html/zh. `make translations` refreshes the catalogues after an English
+# edit and lists what is left to translate (CONTRIBUTING.md, "Translations").
+book-zh: install
+	$(PY) tools/build_book.py --language zh_CN -W -n --keep-going
+	@echo "Open file://$(CURDIR)/_build/html/zh/index.html"
+
+translations: install
+	$(PY) tools/translations.py update
+	$(PY) tools/translations.py check
 
 # JupyterLab with this environment registered as the "LLaMA from the Inside" kernel.
 lab: install

@@ -94,17 +94,20 @@ def mark_text(html: str) -> str:
 
 
 def mark_chinese(app, pagename, templatename, context, doctree) -> None:
-    """html-page-context: lang="zh" on the Chinese text of the page body."""
+    """html-page-context: lang="zh" on the Chinese text of the page body (the Chinese edition,
+    whose <html> says lang="zh-CN", needs none)."""
     body = context.get("body")
-    if body and CJK.search(body):
+    if body and CJK.search(body) and not (app.config.language or "en").startswith("zh"):
         context["body"] = mark_text(body)
 
 
 def characters_used(outdir: Path) -> set[str]:
-    """Every CJK character of the built pages (text, attributes and all)."""
+    """Every CJK character of the built pages (text, attributes and all), without the Chinese
+    edition built inside the English site (``zh/``: it has its own font)."""
     found: set[str] = set()
     for page in outdir.rglob("*.html"):
-        if "_static" in page.relative_to(outdir).parts:
+        parts = page.relative_to(outdir).parts
+        if "_static" in parts or parts[0] == "zh":
             continue
         found.update(CJK.findall(page.read_text(encoding="utf-8", errors="replace")))
     return found
