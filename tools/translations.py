@@ -2,6 +2,8 @@
 
     python tools/translations.py update     English messages -> locale/zh_CN/LC_MESSAGES/book/*.po
     python tools/translations.py check      every untranslated or fuzzy message, page by page
+    python tools/translations.py export PAGE FILE.json   what PAGE still needs, for a translator
+    python tools/translations.py import FILE.json        write those translations into PAGE's .po
 
 ``update`` (``make translations``) runs Sphinx's gettext builder on the English pages
 (_build/gettext/book/<page>.pot, one catalogue per page) and merges them into the Chinese
@@ -16,13 +18,14 @@ A message with no letters in it (a number in a table, a formula alone) needs no 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from babel.messages.pofile import read_po
+from babel.messages.pofile import read_po, write_po
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale"
@@ -39,7 +42,15 @@ PAGES = ("intro", "ch01_decoder_only", "ch02_tokens", "ch03_norm", "ch04_attenti
 TRANSLATED: tuple[str, ...] = ()
 _LETTER = re.compile(r"[^\W\d_]")
 # Roles, inline code and maths are copied into a translation, not translated: `...` and $...$.
+# A role's own text may be translated where it has a target: {doc}`Chapter 4 <ch04_attention>`
+# becomes {doc}`第 4 章 <ch04_attention>`; the role and the target stay.
 _KEPT = re.compile(r"\{[\w:-]+\}`[^`]*`|`[^`]*`|\$[^$]+\$")
+_ROLE_WITH_TARGET = re.compile(r"(\{[\w:-]+\})`[^`<]*<([^`>]*)>`")
+
+
+def kept(text: str) -> set[str]:
+    """What a translation must copy from its English: roles (with their targets), code, maths."""
+    return {_ROLE_WITH_TARGET.sub(r"\1<\2>", item) for item in _KEPT.findall(text)}
 
 
 @dataclass(frozen=True)
@@ -79,10 +90,44 @@ def problems(page: str, pot_dir: Path = POT, po_dir: Path = CATALOGUES) -> list[
         elif translated.fuzzy:
             found.append(Problem(page, message.id, "fuzzy (the English changed)"))
         else:
-            lost = sorted(set(_KEPT.findall(message.id)) - set(_KEPT.findall(translated.string)))
+            lost = sorted(kept(message.id) - kept(translated.string))
             if lost:
                 found.append(Problem(page, message.id, f"the translation lost {', '.join(lost)}"))
     return found
+
+
+def export(page: str, path: Path) -> int:
+    """Write to ``path`` (JSON) the messages of ``page`` that need a translation, each with its
+    English, the Chinese it has (if any) and why it is listed; returns how many."""
+    english = {m.id: m for m in read_catalogue(POT / f"{page}.pot") if m.id}
+    po_path = CATALOGUES / f"{page}.po"
+    chinese = read_catalogue(po_path) if po_path.is_file() else None
+    todo = []
+    for problem in problems(page):
+        old = chinese.get(problem.message) if chinese is not None else None
+        todo.append({"en": english[problem.message].id, "zh": old.string if old else "", "why": problem.why})
+    path.write_text(json.dumps({"page": page, "messages": todo}, ensure_ascii=False, indent=1), encoding="utf-8")
+    return len(todo)
+
+
+def import_(path: Path) -> int:
+    """Write the translations of ``path`` (as ``export`` wrote it, with "zh" filled in) into the
+    page's catalogue, no longer fuzzy; returns how many it wrote."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    po_path = CATALOGUES / f"{data['page']}.po"
+    catalogue = read_catalogue(po_path)
+    written = 0
+    for item in data["messages"]:
+        message = catalogue.get(item["en"])
+        if message is None:
+            raise ValueError(f"{data['page']}: no such English message in {po_path.name}: {item['en'][:80]!r}")
+        if item["zh"].strip():
+            message.string, written = item["zh"], written + 1
+            message.flags.discard("fuzzy")
+            message.previous_id = []
+    with po_path.open("wb") as f:
+        write_po(f, catalogue, width=0)
+    return written
 
 
 def gettext(out: Path = POT.parent) -> None:
@@ -100,13 +145,21 @@ def update() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("update", "check"))
+    parser.add_argument("command", choices=("update", "check", "export", "import"))
+    parser.add_argument("args", nargs="*", help="export: PAGE FILE.json; import: FILE.json")
     args = parser.parse_args(argv)
     if args.command == "update":
         update()
         return 0
     if not POT.is_dir():
         gettext()
+    if args.command == "export":
+        page, path = args.args
+        print(f"{export(page, Path(path))} message(s) of {page} written to {path}")
+        return 0
+    if args.command == "import":
+        print(f"{import_(Path(args.args[0]))} translation(s) written")
+        return 0
     found = [p for page in PAGES for p in problems(page)]
     for problem in found:
         print(problem)

@@ -59,6 +59,17 @@ def test_a_translation_must_keep_roles_code_and_maths(tmp_path):
     assert "$12d^2$" in problem.why
 
 
+def test_a_role_keeps_its_target_and_may_translate_its_text(tmp_path):
+    english = "{term}`Attention <Attention (注意力)>` is {doc}`Chapter 4 <ch04_attention>`'s subject."
+    write_catalogue(tmp_path / "page.pot", {english: ""})
+    good = "{term}`注意力 <Attention (注意力)>`是{doc}`第 4 章 <ch04_attention>`的主题。"
+    write_catalogue(tmp_path / "page.po", {english: good})
+    assert translations.problems("page", tmp_path, tmp_path) == []
+    write_catalogue(tmp_path / "page.po", {english: good.replace("Attention (注意力)", "Attention")})
+    (problem,) = translations.problems("page", tmp_path, tmp_path)
+    assert "Attention (注意力)" in problem.why
+
+
 def test_numbers_code_and_maths_alone_need_no_translation():
     assert not translations.needs_translation("4,096")
     assert not translations.needs_translation("$W_q x$")
@@ -75,6 +86,8 @@ def test_the_switch_leads_to_the_same_page_in_the_other_edition():
     assert course_i18n.other_edition_link("search", "zh_CN") == ("../search.html", "English", "en")
 
 
+# Terms whose English words are also ordinary words ("the value of x"), not checked in every use.
+ORDINARY_WORDS = {"Query, key, value"}
 GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")
 TERMS = dict(re.findall(r"^([A-Z][^\n(]*?) \(([^)\n]*[\u4e00-\u9fff][^)\n]*)\)$", GLOSSARY, re.M))
 
@@ -89,9 +102,13 @@ def glossary_problems(page: str, po_dir: Path = translations.CATALOGUES) -> list
         if not message.id or not message.string or message.fuzzy:
             continue
         for english, chinese in TERMS.items():
+            if english in ORDINARY_WORDS:
+                continue
             names = [name.strip() for name in english.split(",")]          # "Byte-pair encoding, BPE"
-            used = any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", message.id, re.I) for n in names)
-            if used and chinese not in message.string and english not in message.string:
+            used = any(re.search(rf"(?<![\w-]){re.escape(n)}(?:s|es)?(?![\w-])", message.id, re.I)
+                       for n in names)
+            kept_in_english = any(n.lower() in message.string.lower() for n in names)   # "RoPE", "softmax"
+            if used and chinese not in message.string and not kept_in_english:
                 found.append(f"{page}: {english!r} is not {chinese!r} in {message.string[:80]!r}")
     return found
 
