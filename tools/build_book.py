@@ -21,6 +21,8 @@ from jupyter_book.sphinx import build_sphinx
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGES = {"en": "html", "zh_CN": "html/zh"}     # language -> folder under _build
+# How each edition names its numbered things (_config.yml's numfig_format is the English one).
+NUMFIG_FORMAT = {"zh_CN": {"figure": "图 %s", "table": "表 %s", "code-block": "代码清单 %s", "section": "%s 节"}}
 
 
 def build(language: str, builder: str = "html", nitpicky: bool = False, out: Path | None = None,
@@ -34,6 +36,8 @@ def build(language: str, builder: str = "html", nitpicky: bool = False, out: Pat
         out = build_dir / ("gettext" if builder == "gettext" else LANGUAGES[language])
     overrides = {"external_toc_path": "_toc.yml", "language": language, "nitpicky": nitpicky,
                  "latex_individualpages": False}
+    if language in NUMFIG_FORMAT:
+        overrides["numfig_format"] = NUMFIG_FORMAT[language]
     return build_sphinx(ROOT, out, noconfig=True, path_config=str(ROOT / "_config.yml"),
                         confoverrides=overrides, builder=builder,
                         doctreedir=build_dir / f".doctrees-{builder}-{language}", **options)
