@@ -45,6 +45,9 @@ _LETTER = re.compile(r"[^\W\d_]")
 # A role's own text may be translated where it has a target: {doc}`Chapter 4 <ch04_attention>`
 # becomes {doc}`第 4 章 <ch04_attention>`; the role and the target stay.
 _KEPT = re.compile(r"\{[\w:-]+\}`[^`]*`|`[^`]*`|\$[^$]+\$")
+# A chapter title "13. Beyond one GPU" translated as "13. 超越单块 GPU" parses as an enumerated list,
+# which Sphinx rejects for a heading without a warning; "13\\. 超越单块 GPU" is the title.
+_NUMBERED = re.compile(r"\d+\. ")
 _ROLE_WITH_TARGET = re.compile(r"(\{[\w:-]+\})`[^`<]*<([^`>]*)>`")
 
 
@@ -89,6 +92,9 @@ def problems(page: str, pot_dir: Path = POT, po_dir: Path = CATALOGUES) -> list[
             found.append(Problem(page, message.id, "untranslated"))
         elif translated.fuzzy:
             found.append(Problem(page, message.id, "fuzzy (the English changed)"))
+        elif _NUMBERED.match(translated.string):
+            found.append(Problem(page, message.id, "begins 'N. ', which Sphinx reads as a numbered list "
+                                                   "and then drops (the English title stays): write 'N\\. '"))
         else:
             lost = sorted(kept(message.id) - kept(translated.string))
             if lost:
@@ -122,7 +128,10 @@ def import_(path: Path) -> int:
         if message is None:
             raise ValueError(f"{data['page']}: no such English message in {po_path.name}: {item['en'][:80]!r}")
         if item["zh"].strip():
-            message.string, written = item["zh"], written + 1
+            zh = item["zh"]
+            if _NUMBERED.match(zh):
+                zh = zh.replace(". ", "\\. ", 1)
+            message.string, written = zh, written + 1
             message.flags.discard("fuzzy")
             message.previous_id = []
     with po_path.open("wb") as f:

@@ -70,6 +70,15 @@ def test_a_role_keeps_its_target_and_may_translate_its_text(tmp_path):
     assert "Attention (注意力)" in problem.why
 
 
+def test_a_numbered_title_must_escape_its_number(tmp_path):
+    write_catalogue(tmp_path / "page.pot", {"13. Beyond one GPU": ""})
+    write_catalogue(tmp_path / "page.po", {"13. Beyond one GPU": "13. 超越单块 GPU"})
+    (problem,) = translations.problems("page", tmp_path, tmp_path)
+    assert "numbered list" in problem.why
+    write_catalogue(tmp_path / "page.po", {"13. Beyond one GPU": "13\\. 超越单块 GPU"})
+    assert translations.problems("page", tmp_path, tmp_path) == []
+
+
 def test_numbers_code_and_maths_alone_need_no_translation():
     assert not translations.needs_translation("4,096")
     assert not translations.needs_translation("$W_q x$")
@@ -92,6 +101,20 @@ GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")
 TERMS = dict(re.findall(r"^([A-Z][^\n(]*?) \(([^)\n]*[\u4e00-\u9fff][^)\n]*)\)$", GLOSSARY, re.M))
 
 
+def uses_term(name: str, text: str) -> bool:
+    """Whether ``text`` uses a glossary name: an acronym as written ("GLU", not "glues"), a word in
+    any case, either with a plural s."""
+    if name.isupper():
+        return re.search(rf"(?<![\w-]){re.escape(name)}s?(?![\w-])", text) is not None
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?:s|es)?(?![\w-])", text, re.I) is not None
+
+
+def test_a_glossary_acronym_is_not_a_word_that_contains_it():
+    assert uses_term("GLU", "a GLU gate") and uses_term("GLU", "two GLUs")
+    assert not uses_term("GLU", "the loader glues them back")
+    assert uses_term("Token", "three tokens") and uses_term("Attention", "attention heads")
+
+
 def glossary_problems(page: str, po_dir: Path = translations.CATALOGUES) -> list[str]:
     """Translated messages of ``page`` that use a glossary term in English but not its Chinese."""
     path = po_dir / f"{page}.po"
@@ -105,8 +128,7 @@ def glossary_problems(page: str, po_dir: Path = translations.CATALOGUES) -> list
             if english in ORDINARY_WORDS:
                 continue
             names = [name.strip() for name in english.split(",")]          # "Byte-pair encoding, BPE"
-            used = any(re.search(rf"(?<![\w-]){re.escape(n)}(?:s|es)?(?![\w-])", message.id, re.I)
-                       for n in names)
+            used = any(uses_term(n, message.id) for n in names)
             kept_in_english = any(n.lower() in message.string.lower() for n in names)   # "RoPE", "softmax"
             if used and chinese not in message.string and not kept_in_english:
                 found.append(f"{page}: {english!r} is not {chinese!r} in {message.string[:80]!r}")
