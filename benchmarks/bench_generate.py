@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from llama_course import LlamaConfig
+from llama_course.checkpoint import load_hf
 from llama_course.cost import best_time, decode_bytes, measure_bandwidth
 from llama_course.device import get_device, synchronize
 from llama_course.generate import generate, stream_generate
@@ -47,7 +48,7 @@ def compare_with_transformers(device, batches, new_tokens):
     hf.generation_config.eos_token_id = None
     with tempfile.TemporaryDirectory() as path:
         hf.save_pretrained(path)
-        ours = Llama.from_hf(path, device=device).set_attention_backend("sdpa")
+        ours = load_hf(path, device=device).set_attention_backend("sdpa")
     params = sum(p.numel() for p in ours.parameters()) / 1e6
     print(f"1. greedy generate, {params:.0f}M-parameter float32 model, {new_tokens} new tokens, prompt 32")
     for batch in batches:

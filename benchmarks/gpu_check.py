@@ -197,7 +197,7 @@ def build_pair(device: torch.device, quick: bool, dtype: torch.dtype, tmp: str):
     loaded from that directory: the same weights in both libraries."""
     import transformers
 
-    from llama_course import Llama
+    from llama_course.checkpoint import load_hf
 
     sizes = (dict(vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=344) if quick else
@@ -210,7 +210,7 @@ def build_pair(device: torch.device, quick: bool, dtype: torch.dtype, tmp: str):
         hf = transformers.LlamaForCausalLM(config).to(dtype).eval()
     hf.generation_config.eos_token_id = None
     hf.save_pretrained(tmp)
-    ours = Llama.from_hf(tmp, dtype=dtype, device=device).eval()
+    ours = load_hf(tmp, dtype=dtype, device=device).eval()
     return hf, ours
 
 
@@ -225,8 +225,8 @@ def parity(log: Log, device: torch.device, quick: bool) -> dict:
         torch.manual_seed(1)
         realistic_weights_(hf, std=0.2)            # weights large enough to expose convention errors
         hf.save_pretrained(tmp)
-        from llama_course import Llama
-        ours = Llama.from_hf(tmp, device=device).eval()
+        from llama_course.checkpoint import load_hf
+        ours = load_hf(tmp, device=device).eval()
         ids = torch.randint(1, 512, (2, 24), generator=torch.Generator().manual_seed(2)).to(device)
         ref = hf(ids).logits
         scale = ref.abs().max().item()               # errors are reported relative to the largest logit
@@ -238,7 +238,7 @@ def parity(log: Log, device: torch.device, quick: bool) -> dict:
         out["greedy_same_tokens"] = bool(torch.equal(
             generate(ours, ids[:, :8], 16), hf.generate(ids[:, :8], max_new_tokens=16, do_sample=False)))
         if device.type != "cpu":   # bf16 as each library's users load it; error against float32 logits
-            ours16, hf16 = Llama.from_hf(tmp, dtype=torch.bfloat16, device=device), hf.to(torch.bfloat16)
+            ours16, hf16 = load_hf(tmp, dtype=torch.bfloat16, device=device), hf.to(torch.bfloat16)
             out["bf16_rel_err_vs_float32"] = {
                 "course": (ours16(ids).float() - ref).abs().max().item() / scale,
                 "transformers": (hf16(ids).logits.float() - ref).abs().max().item() / scale}

@@ -32,9 +32,12 @@ import torch
 from .config import LlamaConfig, ffn_hidden_dim
 from .deepseek_moe import Router
 from .model import Llama
-from .variants import hf_config_fields, split_fused_experts
 
 SUPPORTED = ("llama", "qwen3", "mixtral", "mistral", "qwen3_moe", "deepseek_v3")
+# What each block's FFN is, by the checkpoint's declared model_type (config.ffn); the attention is
+# "latent" for deepseek_v3, "sliding" where config.json declares a window, else "full".
+HF_FFN = {"llama": "dense", "qwen3": "dense", "mistral": "dense", "mixtral": "moe", "qwen3_moe": "moe",
+          "deepseek_v3": "deepseek_moe"}
 
 
 class CheckpointError(ValueError):
@@ -93,9 +96,63 @@ def config_from_hf(hf: dict) -> LlamaConfig:
         head_dim=hf.get("head_dim"), rope_layout="half", rope_scaling=scaling, qk_norm=model_type == "qwen3",
         n_experts=hf.get("num_local_experts", 1), n_experts_per_token=hf.get("num_experts_per_tok", 1))
     fields.update(hf_config_fields(hf))   # Chapter 12: windows, MLA, DeepSeekMoE, Qwen3-MoE
-    if model_type in ("mixtral", "qwen3_moe", "deepseek_v3") and fields["n_experts"] == 1:
+    if HF_FFN[model_type] != "dense" and fields["n_experts"] == 1:
         fields["single_expert_moe"] = True    # transformers keeps the router of one routed expert
+    fields["ffn"] = HF_FFN[model_type]
+    fields["attention"] = ("latent" if model_type == "deepseek_v3"
+                           else "sliding" if fields.get("sliding_window") is not None else "full")
     return LlamaConfig(**fields)
+
+
+def hf_config_fields(hf: dict) -> dict:
+    """The Chapter 12 LlamaConfig fields of a transformers config.json (Mistral/Mixtral windows,
+    Qwen3-MoE's experts, DeepSeek-V3's MLA and DeepSeekMoE); {} for a LLaMA."""
+    model_type, fields = hf.get("model_type"), {}
+    slides = hf.get("use_sliding_window") if model_type in ("qwen3", "qwen3_moe") else True
+    if slides and hf.get("sliding_window"):
+        fields["sliding_window"] = hf["sliding_window"]
+        if hf.get("layer_types"):                 # e.g. Qwen3: sliding only from max_window_layers on
+            fields["layer_types"] = tuple(hf["layer_types"])
+        elif model_type in ("qwen3", "qwen3_moe"):
+            fields["layer_types"] = tuple("sliding_attention" if i >= hf.get("max_window_layers", 28)
+                                          else "full_attention" for i in range(hf["num_hidden_layers"]))
+    if model_type == "qwen3_moe":
+        if hf.get("decoder_sparse_step", 1) != 1 or hf.get("mlp_only_layers"):
+            raise ValueError("qwen3_moe with decoder_sparse_step != 1 or mlp_only_layers is not supported "
+                             "(every block of the course's Qwen3-MoE has experts)")
+        fields.update(qk_norm=True, n_experts=hf.get("num_experts", hf.get("num_local_experts")),
+                      moe_d_ff=hf["moe_intermediate_size"], moe_norm_topk=bool(hf.get("norm_topk_prob", False)))
+    if model_type == "deepseek_v3":
+        fields.update(
+            q_lora_rank=hf.get("q_lora_rank"), kv_lora_rank=hf["kv_lora_rank"], head_dim=hf["qk_rope_head_dim"],
+            qk_nope_head_dim=hf["qk_nope_head_dim"], qk_rope_head_dim=hf["qk_rope_head_dim"],
+            v_head_dim=hf["v_head_dim"], n_experts=hf["n_routed_experts"], moe_d_ff=hf["moe_intermediate_size"],
+            moe_router="sigmoid", n_shared_experts=hf.get("n_shared_experts") or 0, n_group=hf.get("n_group") or 1,
+            topk_group=hf.get("topk_group") or 1, routed_scaling_factor=float(hf.get("routed_scaling_factor", 1.0)),
+            first_k_dense_replace=hf.get("first_k_dense_replace") or 0,
+            moe_norm_topk=bool(hf.get("norm_topk_prob", True)),
+            rope_layout="interleaved" if hf.get("rope_interleave", True) else "half")
+    return fields
+
+
+_FUSED_EXPERTS = re.compile(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)")
+
+
+def split_fused_experts(name: str, tensor: torch.Tensor):
+    """transformers keeps experts in memory as 3-D tensors, gate_up_proj (E, 2 F, d) and down_proj
+    (E, d, F); yield them as the per-expert 2-D weights a saved checkpoint lists. Others pass as is."""
+    match = _FUSED_EXPERTS.fullmatch(name)
+    if match is None or tensor.dim() != 3:
+        yield name, tensor
+        return
+    prefix, kind = match.groups()
+    for e, w in enumerate(tensor):                                       # w: (2F, d) or (d, F)
+        if kind == "down_proj":
+            yield f"{prefix}.{e}.down_proj.weight", w
+        else:
+            gate, up = w.chunk(2, dim=0)                                 # (F, d) each: gate first
+            yield f"{prefix}.{e}.gate_proj.weight", gate
+            yield f"{prefix}.{e}.up_proj.weight", up
 
 
 def _check_weight_map(path: Path, found_in: dict[str, Path]) -> None:

@@ -68,6 +68,12 @@ class LlamaConfig:
     qk_norm               RMSNorm on each head's queries and keys before RoPE (Qwen3)
 
     Chapter 12 (defaults keep a LLaMA model unchanged; see sliding_window.py, mla.py, deepseek_moe.py):
+    attention             what each block's attention is: "full" (LLaMA's), "sliding" (within a
+                          window) or "latent" (MLA); None: "latent" when kv_lora_rank is set,
+                          "sliding" when sliding_window is, else "full". See attention_kind.
+    ffn                   what each block's FFN is: "dense" (SwiGLU), "moe" (Mixtral, Qwen3-MoE) or
+                          "deepseek_moe" (shared + routed experts); None: "moe" when is_moe, else
+                          "dense". DeepSeekMoE is never inferred: declare it. See ffn_kind.
     sliding_window        W: query i sees keys i-W+1 .. i (None: every earlier key; Mistral: 4096)
     layer_types           per layer "sliding_attention" or "full_attention" (None: all sliding
                           when sliding_window is set; Gemma 3: five sliding, then one full)
@@ -120,6 +126,8 @@ class LlamaConfig:
     routed_scaling_factor: float = 1.0
     first_k_dense_replace: int = 0
     single_expert_moe: bool = False
+    attention: str | None = None
+    ffn: str | None = None
 
     def __post_init__(self) -> None:
         for name in POSITIVE_INTS:
@@ -158,6 +166,24 @@ class LlamaConfig:
         """Whether the FFN layers route tokens to experts (more than one, or single_expert_moe)."""
         return self.n_experts > 1 or self.single_expert_moe
 
+    def attention_kind(self, layer_idx: int) -> str:
+        """"full", "sliding" or "latent": the attention of block ``layer_idx`` (layer_types can
+        make some layers of a sliding model full, as Gemma 3's and Qwen3's global layers)."""
+        check_int("layer_idx", layer_idx, 0, self.n_layers - 1)
+        kind = self.attention or ("latent" if self.kv_lora_rank is not None
+                                  else "sliding" if self.sliding_window is not None else "full")
+        if kind == "sliding" and self.layer_types is not None and self.layer_types[layer_idx] == "full_attention":
+            return "full"
+        return kind
+
+    def ffn_kind(self, layer_idx: int) -> str:
+        """"dense", "moe" or "deepseek_moe": the FFN of block ``layer_idx`` (the first
+        first_k_dense_replace blocks of an MoE model are dense)."""
+        check_int("layer_idx", layer_idx, 0, self.n_layers - 1)
+        if not self.is_moe or layer_idx < self.first_k_dense_replace:
+            return "dense"
+        return self.ffn or "moe"
+
     def replace(self, **changes) -> LlamaConfig:
         """A copy with some fields changed (and validated again).
 
@@ -170,6 +196,31 @@ class LlamaConfig:
 # ------------------------------------------------------------------------------ Chapter 12
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
+ATTENTION_KINDS = ("full", "sliding", "latent")
+FFN_KINDS = ("dense", "moe", "deepseek_moe")
+
+
+def _check_kinds(c: LlamaConfig) -> None:
+    """attention and ffn, when declared, agree with the fields their layers need; DeepSeekMoE's
+    routing fields are taken only when ffn == "deepseek_moe" is declared (never guessed from them)."""
+    if c.attention is not None:
+        check_one_of("attention", c.attention, ATTENTION_KINDS)
+        if (c.attention == "latent") != (c.kv_lora_rank is not None):
+            raise ValueError(f"attention {c.attention!r} with kv_lora_rank {c.kv_lora_rank}: latent attention "
+                             f"(MLA) and kv_lora_rank go together")
+        if (c.attention == "sliding") != (c.sliding_window is not None):
+            raise ValueError(f"attention {c.attention!r} with sliding_window {c.sliding_window}: a sliding "
+                             f"attention and its window go together")
+    if c.ffn is not None:
+        check_one_of("ffn", c.ffn, FFN_KINDS)
+        if (c.ffn != "dense") != c.is_moe:
+            raise ValueError(f"ffn {c.ffn!r} with n_experts {c.n_experts}: experts (n_experts > 1 or "
+                             f"single_expert_moe) and an ffn of 'moe' or 'deepseek_moe' go together")
+    deepseek = {"moe_router": c.moe_router != "softmax", "n_shared_experts": c.n_shared_experts > 0,
+                "n_group": c.n_group > 1, "routed_scaling_factor": c.routed_scaling_factor != 1.0}
+    if c.ffn != "deepseek_moe" and any(deepseek.values()):
+        names = ", ".join(name for name, used in deepseek.items() if used)
+        raise ValueError(f"{names} belong to DeepSeekMoE: declare ffn='deepseek_moe' (got ffn={c.ffn!r})")
 
 
 def _check_chapter12(c: LlamaConfig) -> None:
@@ -191,6 +242,7 @@ def _check_chapter12(c: LlamaConfig) -> None:
     if c.n_group > 1 and c.n_experts_per_token > c.topk_group * (c.n_experts // c.n_group):
         raise ValueError(f"n_experts_per_token ({c.n_experts_per_token}) exceeds the experts of the "
                          f"topk_group ({c.topk_group}) groups it may choose from")
+    _check_kinds(c)
     if c.layer_types is not None:
         c.layer_types = tuple(c.layer_types)
         if len(c.layer_types) != c.n_layers or not set(c.layer_types) <= set(LAYER_TYPES):
@@ -213,9 +265,7 @@ def _check_chapter12(c: LlamaConfig) -> None:
 
 def is_sliding_layer(config: LlamaConfig, layer_idx: int) -> bool:
     """Whether block ``layer_idx`` attends within the sliding window."""
-    if config.sliding_window is None:
-        return False
-    return config.layer_types is None or config.layer_types[layer_idx] == "sliding_attention"
+    return config.attention_kind(layer_idx) == "sliding"
 
 
 
@@ -237,7 +287,7 @@ PRESETS: dict[str, LlamaConfig] = {
                              norm_eps=1e-5, max_seq_len=8192),
     "mixtral-8x7b": LlamaConfig(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
                                 d_ff=14336, rope_theta=1e6, norm_eps=1e-5, max_seq_len=32768,
-                                n_experts=8, n_experts_per_token=2),
+                                n_experts=8, n_experts_per_token=2, ffn="moe"),
 }
 
 
@@ -333,11 +383,12 @@ def mla_parameters(config: LlamaConfig) -> int:
 # not part of the model (as in transformers).
 PRESETS.update({
     "mistral-7b": LlamaConfig(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336,
-                              rope_theta=10000.0, norm_eps=1e-5, max_seq_len=32768, sliding_window=4096),
+                              rope_theta=10000.0, norm_eps=1e-5, max_seq_len=32768, sliding_window=4096,
+                              attention="sliding"),
     "deepseek-v3": LlamaConfig(vocab_size=129280, d_model=7168, n_layers=61, n_heads=128, d_ff=18432,
                                norm_eps=1e-6, max_seq_len=4096, q_lora_rank=1536, kv_lora_rank=512,
                                qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                                n_experts=256, n_experts_per_token=8, moe_d_ff=2048, moe_router="sigmoid",
                                n_shared_experts=1, n_group=8, topk_group=4, routed_scaling_factor=2.5,
-                               first_k_dense_replace=3),
+                               first_k_dense_replace=3, attention="latent", ffn="deepseek_moe"),
 })

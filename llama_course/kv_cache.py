@@ -6,6 +6,16 @@ same for values, on the model's device and dtype. ``update`` writes the new posi
 
     memory = 2 (K and V) * n_layers * batch * n_kv_heads * max_seq_len * head_dim * bytes per number
 
+Chapter 12's layers keep other buffers in the same cache, each layer by its kind
+(config.attention_kind):
+
+    full      keys, values (B, H_kv, S, hd)              every position
+    sliding   keys, values (B, H_kv, min(W, S), hd)      a rolling buffer: position p in slot p mod W
+    latent    c_kv (B, 1, S, r) as keys, k_pe (B, 1, S, d_r) as values       (MLA, mla.py)
+
+``update`` always returns the last positions in order, so a caller knows their indices from the
+shapes alone: the S keys returned end at the newest position.
+
 A tensor-parallel rank (Chapter 13) computes only n_kv_heads / N of the heads: ``cache_config(model)``
 gives the config its cache is sized from.
 """
@@ -18,41 +28,65 @@ from .checks import argument_check, check_int, check_positive_int, check_tensor,
 from .config import LlamaConfig
 
 
+def layer_shapes(config: LlamaConfig, layer: int, batch_size: int, max_seq_len: int) -> tuple[tuple, tuple]:
+    """The shapes of layer ``layer``'s key and value buffers (see the module docstring)."""
+    kind = config.attention_kind(layer)
+    if kind == "latent":                                       # MLA: c_kv and k_pe, one "head"
+        return (batch_size, 1, max_seq_len, config.kv_lora_rank), (batch_size, 1, max_seq_len, config.qk_rope_head_dim)
+    slots = min(config.sliding_window, max_seq_len) if kind == "sliding" else max_seq_len
+    shape = (batch_size, config.n_kv_heads, slots, config.head_dim)
+    return shape, shape
+
+
 class KVCache:
     """Per-layer key/value buffers and the number of positions filled so far (``length``)."""
-
-    def __new__(cls, config=None, *args, **kwargs):
-        if cls is KVCache and isinstance(config, LlamaConfig):   # Chapter 12: sliding windows and MLA
-            from .variants import cache_class  # cache other things (variants.py)
-            cls = cache_class(config)
-        return super().__new__(cls)
 
     def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
                  device=None, dtype=None):
         check_type("config", config, LlamaConfig)
         max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
-        shape = (check_positive_int("batch_size", batch_size), config.n_kv_heads, max_seq_len, config.head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layers)]
+        shapes = [layer_shapes(config, i, check_positive_int("batch_size", batch_size), max_seq_len)
+                  for i in range(config.n_layers)]
+        self.keys = [torch.zeros(k, device=device, dtype=dtype) for k, _ in shapes]
+        self.values = [torch.zeros(v, device=device, dtype=dtype) for _, v in shapes]
+        self.rolling = [config.attention_kind(i) == "sliding" for i in range(config.n_layers)]  # Chapter 12
         self.batch_size, self.max_seq_len, self.n_layers = batch_size, max_seq_len, config.n_layers
         self.length = 0          # positions filled in every layer
         self._pending = 0        # positions being written by the current forward pass
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (batch, n_kv_heads, new, head_dim) after the cached positions of ``layer``;
-        return all keys and values so far, (batch, n_kv_heads, length + new, head_dim)."""
+        return all keys and values so far, (batch, n_kv_heads, length + new, head_dim) (a sliding
+        layer: only the last ones its queries may see)."""
         self._check_update(layer, k, v)
+        if self.rolling[layer]:
+            return self.update_window(layer, k, v)         # Chapter 12: a sliding layer's rolling buffer
         end = self.length + k.shape[-2]
         self.keys[layer][:, :, self.length:end] = k       # in place: no copy of the past
         self.values[layer][:, :, self.length:end] = v
         self._pending = k.shape[-2]
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def update_window(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sliding layer: return the keys and values a query of this step may need -- the last
+        W - 1 cached positions and the new ones, in order, (B, H_kv, S, hd) with S <= W - 1 + new --
+        then keep the newest W, position p in slot p mod W."""
+        past, new = self.length, k.shape[-2]
+        buf_k, buf_v = self.keys[layer], self.values[layer]
+        slots = buf_k.shape[-2]                                                      # W
+        held = torch.arange(max(0, past - slots + 1), past, device=k.device)        # (h,) indices still visible
+        keys = torch.cat([buf_k[:, :, held % slots], k], dim=2)                      # (B, H_kv, h + new, hd)
+        values = torch.cat([buf_v[:, :, held % slots], v], dim=2)
+        kept = torch.arange(past + max(0, new - slots), past + new, device=k.device)  # the newest <= W
+        buf_k[:, :, kept % slots] = k[:, :, kept - past]                             # in place, slot p mod W
+        buf_v[:, :, kept % slots] = v[:, :, kept - past]
+        self._pending = new
+        return keys, values
+
     @argument_check
     def _check_update(self, layer, k, v) -> None:
         check_int("layer", layer, 0, self.n_layers - 1)
-        buffer = self.keys[layer]
-        for name, t in (("k", k), ("v", v)):
+        for name, t, buffer in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):
             check_tensor(name, t, 4, like=buffer, like_name="the cache")
             if t.dtype != buffer.dtype:
                 raise TypeError(f"{name} is {t.dtype} but the cache holds {buffer.dtype}: make the cache "
@@ -79,8 +113,12 @@ class KVCache:
         self.length = self._pending = 0
 
     def crop(self, length: int) -> None:
-        """Keep only the first ``length`` positions (e.g. to rewind a rejected draft)."""
-        self.length = check_int("length", length, 0, self.length)
+        """Keep only the first ``length`` positions (e.g. to rewind a rejected draft). A rolling
+        buffer has overwritten old positions: a cache with sliding layers cannot be rewound."""
+        length = check_int("length", length, 0, self.length)
+        if any(self.rolling) and length != self.length:
+            raise ValueError(f"a sliding-window cache cannot be cropped (length {length}, holds {self.length})")
+        self.length = length
 
     def nbytes(self) -> int:
         """Bytes held by the buffers (all layers, keys and values)."""

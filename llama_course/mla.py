@@ -22,7 +22,8 @@ value is ever made. RoPE cannot be folded the same way: R_m sits between q and W
 product W_UK^T R_m would differ for every position m. That is why the rotated part is a separate,
 decoupled d_r-wide key, shared by all heads and cached as it is.
 
-Cache per token and layer: r + d_r numbers. DeepSeek-V3: (512 + 64) * 61 layers * 2 bytes = 70,272 B.
+Cache per token and layer: r + d_r numbers (kv_cache.py keeps c_kv and k_pe as a latent layer's
+keys and values). DeepSeek-V3: (512 + 64) * 61 layers * 2 bytes = 70,272 B.
 
 A RoPE scaling with ``mscale_all_dim`` (DeepSeek's long-context configs) sharpens the softmax as
 transformers' DeepseekV3Attention does, whatever the rope_type except "default":
@@ -38,9 +39,8 @@ import torch
 from torch import nn
 
 from .attention import causal_mask, merge_heads, softmax
-from .checks import check_int, check_number, check_positive_int, check_tensor, check_type
+from .checks import check_number
 from .config import LlamaConfig
-from .kv_cache import KVCache
 from .linear import Linear
 from .norm import RMSNorm
 
@@ -154,36 +154,3 @@ class MultiHeadLatentAttention(nn.Module):
         form = self.form if self.form != "auto" else ("absorbed" if seq == 1 else "naive")
         out = (self.absorbed if form == "absorbed" else self.naive)(q_nope, q_pe, c_kv, k_pe, mask)
         return self.o_proj(merge_heads(out))                               # (B, T, d)
-
-
-class LatentKVCache(KVCache):
-    """MLA's cache: per layer the normalised latents c_kv (B, 1, S, r) in ``keys`` and the rotated
-    shared keys k_pe (B, 1, S, d_r) in ``values``; nothing per head."""
-
-    def __init__(self, config: LlamaConfig, batch_size: int, max_seq_len: int | None = None,
-                 device=None, dtype=None):
-        check_type("config", config, LlamaConfig)
-        max_seq_len = config.max_seq_len if max_seq_len is None else check_positive_int("max_seq_len", max_seq_len)
-        check_positive_int("batch_size", batch_size)
-        shape = (batch_size, 1, max_seq_len)
-        self.keys = [torch.zeros(*shape, config.kv_lora_rank, device=device, dtype=dtype)
-                     for _ in range(config.n_layers)]
-        self.values = [torch.zeros(*shape, config.qk_rope_head_dim, device=device, dtype=dtype)
-                       for _ in range(config.n_layers)]
-        self.batch_size, self.max_seq_len, self.n_layers = batch_size, max_seq_len, config.n_layers
-        self.length = self._pending = 0
-
-    def update(self, layer: int, c_kv: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write c_kv (B, 1, new, r) and k_pe (B, 1, new, d_r); return everything cached so far."""
-        check_int("layer", layer, 0, self.n_layers - 1)
-        new = c_kv.shape[-2]
-        end = self.length + new
-        self.check_room(new)
-        for name, t, buf in (("c_kv", c_kv, self.keys[layer]), ("k_pe", k_pe, self.values[layer])):
-            check_tensor(name, t, 4, like=buf, like_name="the cache")
-            if t.shape != (buf.shape[0], 1, new, buf.shape[-1]):
-                raise ValueError(f"{name} must be {(buf.shape[0], 1, new, buf.shape[-1])}, got {tuple(t.shape)}")
-            buf[:, :, self.length:end] = t                                 # in place
-        self._pending = new
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-

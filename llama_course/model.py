@@ -5,10 +5,14 @@
 
 ``Attention`` is Chapter 4's MultiHeadAttention with the later chapters' steps added, each one
 line of its forward: RoPE (Chapter 5), the KV cache (Chapter 8), QK-norm and shared key/value
-heads (Chapter 9).
+heads (Chapter 9), a sliding window (Chapter 12).
+
+What each block holds is the config's to say (``config.attention_kind``, ``config.ffn_kind``);
+``LlamaBlock`` chooses with one visible ``if`` each: LLaMA's attention (with or without a window)
+or MLA, and SwiGLU, MoE or DeepSeekMoE.
 
 Parameter names follow Hugging Face's LlamaForCausalLM without its "model." prefix, so a
-transformers checkpoint loads by name (checkpoint.py). No biases anywhere.
+transformers checkpoint loads by name (checkpoint.py: load_hf, load_meta). No biases anywhere.
 
 Default initialisation (for training from scratch, Chapter 11): every Linear and the embedding
 ~ N(0, 0.02^2), as Hugging Face's initializer_range; every RMSNorm weight = 1.
@@ -22,15 +26,18 @@ import torch
 from torch import nn
 
 from .attention import BACKENDS, MultiHeadAttention, causal_mask, check_attention_mask, merge_heads, padding_mask
-from .checks import check_one_of, check_tensor, check_token_ids, check_type, trusted
+from .checks import check_one_of, check_positive_int, check_tensor, check_token_ids, check_type, trusted
 from .config import LlamaConfig
+from .deepseek_moe import DeepSeekMoE
+from .ffn import SwiGLU
 from .gqa import gqa_attention
 from .kv_cache import KVCache
 from .linear import Linear
+from .mla import MultiHeadLatentAttention
 from .moe import MoE
 from .norm import RMSNorm
 from .rope import RotaryEmbedding, check_positions
-from .variants import make_attention, make_ffn
+from .sliding_window import window_mask
 
 INIT_STD = 0.02
 
@@ -72,12 +79,14 @@ class Attention(MultiHeadAttention):
         position_hook    RoPE (Chapter 5): rotates q and k by their positions, never v
         cache            the KV cache (Chapter 8): this call's k, v appended, all of them read back
         gqa_attention    shared key/value heads (Chapter 9): H_kv = config.n_kv_heads <= H
+        window           sliding-window attention (Chapter 12): each query sees its last W keys
     """
 
     def __init__(self, config: LlamaConfig, backend: str = "explicit",
-                 position_hook: PositionHook | None = None, device=None, dtype=None):
+                 position_hook: PositionHook | None = None, device=None, dtype=None, window: int | None = None):
         super().__init__(config, backend, device=device, dtype=dtype)
         self.position_hook = position_hook
+        self.window = None if window is None else check_positive_int("window", window)  # Ch. 12: W, or None
         if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
             self.q_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
             self.k_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
@@ -91,10 +100,11 @@ class Attention(MultiHeadAttention):
         ``mask``: boolean, broadcastable to (B, H, T, T_kv); None means causal. ``positions`` (T,)
         or (B, T) for the position hook; None means cache.length .. cache.length + T - 1.
         ``cache``: a KVCache; this call's keys and values are appended to its layer ``layer_idx``
-        and the queries attend to everything cached.
+        and the queries attend to everything cached. With a ``window``, ``mask`` (if given) covers
+        sequence indices 0 .. past + T - 1.
         """
-        past = cache.length if cache is not None else 0
-        mask, positions = causal_inputs(x.shape[1], past, device=x.device, mask=mask, positions=positions)
+        seq, past = x.shape[1], cache.length if cache is not None else 0
+        mask, positions = causal_inputs(seq, past, device=x.device, mask=mask, positions=positions)
         q, k, v = self.project(x)                          # (B, H, T, hd), (B, H_kv, T, hd) twice
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)          # Chapter 9: per head, over hd
@@ -102,22 +112,39 @@ class Attention(MultiHeadAttention):
             q, k = self.position_hook(q, k, positions)     # Chapter 5: rotate q and k, never v
         if cache is not None:
             k, v = cache.update(layer_idx, k, v)           # Chapter 8: (B, H_kv, T_kv, hd) past + new
+        if self.window is not None:                        # Chapter 12: only the last W keys, (..., T, T_kv)
+            mask = window_mask(mask, self.window, seq, k.shape[-2], past + seq, device=x.device)
         out = gqa_attention(q, k, v, mask, self.backend)   # Chapter 9: (B, H, T, hd), KV heads shared
         return self.o_proj(merge_heads(out))               # (B, T, d)
 
+    def extra_repr(self) -> str:
+        return "" if self.window is None else f"window={self.window}"
+
 
 class LlamaBlock(nn.Module):
-    """One Transformer block: two Pre-Norm residual steps."""
+    """One Transformer block: two Pre-Norm residual steps. The config says which attention and
+    which FFN block ``layer_idx`` holds; each choice is one ``if`` here."""
 
     def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None,
                  layer_idx: int = 0):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        # Attention (GQA, Ch. 9), or Ch. 12's sliding-window / latent attention; SwiGLU, MoE (Ch. 10)
-        # or DeepSeekMoE: variants.py picks per layer
-        self.self_attn = make_attention(config, layer_idx, rotary, device=device, dtype=dtype)
-        self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps, device=device, dtype=dtype)
-        self.mlp = make_ffn(config, layer_idx, device=device, dtype=dtype)
+        c, kw = config, dict(device=device, dtype=dtype)
+        self.input_layernorm = RMSNorm(c.d_model, c.norm_eps, **kw)
+        attention = c.attention_kind(layer_idx)                 # "full", "sliding" or "latent"
+        if attention == "latent":                               # MLA (Chapter 12, DeepSeek)
+            self.self_attn = MultiHeadLatentAttention(c, position_hook=rotary, **kw)
+        else:                                                   # LLaMA's, GQA (Ch. 9), a window (Ch. 12)
+            window = c.sliding_window if attention == "sliding" else None
+            self.self_attn = Attention(c, position_hook=rotary, window=window, **kw)
+        self.post_attention_layernorm = RMSNorm(c.d_model, c.norm_eps, **kw)
+        ffn = c.ffn_kind(layer_idx)                             # "dense", "moe" or "deepseek_moe"
+        if ffn == "dense":                                      # SwiGLU (Chapter 6)
+            self.mlp = SwiGLU(c.d_model, c.d_ff, **kw)
+        elif ffn == "moe":                                      # Mixtral, Qwen3-MoE (Chapter 10)
+            self.mlp = MoE(c.d_model, c.moe_d_ff or c.d_ff, c.n_experts, c.n_experts_per_token,
+                           normalize_topk=c.moe_norm_topk, **kw)
+        else:                                                   # DeepSeekMoE (Chapter 12)
+            self.mlp = DeepSeekMoE(c, **kw)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
                 cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
@@ -242,16 +269,3 @@ class Llama(nn.Module):
                             f"make the cache with the model's dtype")
         check_tensor("the cache", buffer, like=input_ids, like_name="input_ids")
         cache.check_room(input_ids.shape[1])
-
-    @classmethod
-    def from_hf(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
-        """Load a transformers ``save_pretrained`` directory (Llama, Qwen3, Mixtral; Chapter 12: Mistral,
-        Qwen3-MoE, DeepSeek-V3). See checkpoint.py."""
-        from .checkpoint import load_hf
-        return load_hf(path, dtype=dtype, device=device)
-
-    @classmethod
-    def from_meta(cls, path, dtype: torch.dtype | None = None, device=None) -> Llama:
-        """Load Meta's original release format (consolidated.*.pth + params.json). See checkpoint.py."""
-        from .checkpoint import load_meta
-        return load_meta(path, dtype=dtype, device=device)

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .checkpoint import _SPLIT_DIM, META_NAMES, _read_json, config_from_meta, meta_to_course_name
 from .model import Llama, LlamaBlock
 
 
@@ -81,8 +82,6 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
     head (split across the files too) are gathered, since this model keeps them whole."""
     from torch.distributed.tensor import DTensor, Shard
 
-    from .checkpoint import _SPLIT_DIM, _read_json, config_from_meta, meta_to_course_name
-
     path, rank, n = Path(path), mesh.get_local_rank(), mesh.size()
     params = _read_json(path / "params.json", "Meta")
     shards = sorted(path.glob("consolidated.*.pth"))
@@ -119,8 +118,6 @@ def load_meta_tensor_parallel(path, mesh, dtype: torch.dtype | None = None) -> L
 def split_for_meta(state: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
     """The inverse of merging (for tests and the chapter): the course's whole weights -> N Meta-style
     model-parallel shards, each split along the dimension Meta's inference code splits it."""
-    from .checkpoint import _SPLIT_DIM, META_NAMES
-
     parts: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
     for meta_pattern, course_pattern in META_NAMES:
         course = re.compile(course_pattern.replace(r"\1", r"(\d+)").replace(".", r"\."))

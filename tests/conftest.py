@@ -18,8 +18,8 @@ def hf_llama_and_ours(tmp_path):
     realistic weights of that std, and the course's Llama loaded from its saved checkpoint."""
     def make(seed: int, std: float, **sizes):
         transformers = pytest.importorskip("transformers")
+        from llama_course.checkpoint import load_hf
         from llama_course.grade.testing import realistic_weights_
-        from llama_course.model import Llama
 
         config = transformers.LlamaConfig(**sizes, attn_implementation="eager", pad_token_id=0)
         torch.manual_seed(seed)
@@ -27,6 +27,6 @@ def hf_llama_and_ours(tmp_path):
         realistic_weights_(hf, std=std)
         hf.generation_config.eos_token_id = None
         hf.save_pretrained(tmp_path)
-        return hf, Llama.from_hf(tmp_path)
+        return hf, load_hf(tmp_path)
 
     return make

@@ -70,7 +70,7 @@ REFERENCES = {
     "swiglu": ("SwiGLU",),
     "llama_block": ("LlamaBlock", "Llama"),
     "llama_forward": ("Llama", "LlamaBlock"),
-    "hf_to_course_names": ("hf_to_course_name", "load_hf", "Llama.from_hf"),
+    "hf_to_course_names": ("hf_to_course_name", "load_hf"),
     "decode_step": ("generate", "stream_generate"),
     "greedy_generate": ("generate", "stream_generate"),
     "top_p_filter": ("sample_next",),

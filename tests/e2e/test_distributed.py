@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from llama_course import distributed
+from llama_course.checkpoint import load_meta
 from llama_course.config import LlamaConfig
 from llama_course.model import Llama
 from llama_course.train import train
@@ -182,7 +183,7 @@ def test_tensor_parallel_forward_and_backward_equal_one_process(runs):
 @pytest.mark.slow
 def test_meta_shards_load_straight_into_tensor_parallel(runs):
     result = torch.load(runs / "meta_tp.pt", weights_only=False)
-    merged = Llama.from_meta(runs / "meta")                        # the package's merge-first loader
+    merged = load_meta(runs / "meta")                        # the package's merge-first loader
     torch.testing.assert_close(result["logits"], merged(result["x"]), rtol=0, atol=1e-6)
     torch.testing.assert_close(result["logits"], worker.fresh_model()(result["x"]), rtol=0, atol=1e-6)
 

@@ -7,9 +7,8 @@ import shutil
 import pytest
 import torch
 
-from llama_course.checkpoint import CheckpointError, meta_to_course_name
+from llama_course.checkpoint import CheckpointError, load_hf, load_meta, meta_to_course_name
 from llama_course.grade.testing import realistic_weights_
-from llama_course.model import Llama
 from llama_course.rope import half_to_interleaved
 
 transformers = pytest.importorskip("transformers")
@@ -44,7 +43,7 @@ def saved(request, tmp_path_factory):
 
 def test_left_padding_matches(saved):
     reference, path = saved
-    ours = Llama.from_hf(path)
+    ours = load_hf(path)
     ids = torch.randint(0, reference.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
     attention_mask = torch.ones(2, 9, dtype=torch.long)
     attention_mask[0, :3] = 0                                  # row 0: 3 pads, then 6 real tokens
@@ -60,7 +59,7 @@ def test_left_padding_matches(saved):
 
 def test_from_hf_logits_match(saved, device):
     reference, path = saved
-    ours = Llama.from_hf(path, device=device)
+    ours = load_hf(path, device=device)
     assert len(list(path.glob("model-*.safetensors"))) > 1
     ids = torch.randint(0, reference.config.vocab_size, (2, 11), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -72,7 +71,7 @@ def test_from_hf_logits_match(saved, device):
 
 def test_bf16_within_tolerance(saved):
     reference, path = saved
-    ours = Llama.from_hf(path, dtype=torch.bfloat16)
+    ours = load_hf(path, dtype=torch.bfloat16)
     assert ours.embed_tokens.weight.dtype == torch.bfloat16
     ids = torch.randint(0, reference.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -124,7 +123,7 @@ def test_from_meta_gives_the_same_logits(saved, tmp_path):
     if reference.config.tie_word_embeddings:
         pytest.skip("Meta's releases never tie the head")
     write_meta(reference, tmp_path / "meta")
-    ours = Llama.from_meta(tmp_path / "meta")
+    ours = load_meta(tmp_path / "meta")
     assert ours.config.rope_layout == "interleaved" and ours.config.d_ff == reference.config.intermediate_size
     assert not torch.equal(ours.layers[0].self_attn.q_proj.weight, reference.model.layers[0].self_attn.q_proj.weight)
     ids = torch.randint(0, reference.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(4))
@@ -140,16 +139,16 @@ def test_mismatched_checkpoints_are_listed(tmp_path):
     config["intermediate_size"] = 180
     (tmp_path / "ok" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError) as error:
-        Llama.from_hf(tmp_path / "ok")
+        load_hf(tmp_path / "ok")
     text = str(error.value)
     assert "missing: layers.2.mlp.gate_proj.weight" in text
     assert "wrong shape: model.layers.0.mlp.gate_proj.weight" in text
     with pytest.raises(ValueError, match="config.json"):
-        Llama.from_hf(tmp_path)
+        load_hf(tmp_path)
     config["model_type"] = "gpt2"
     (tmp_path / "ok" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="supported: llama, qwen3, mixtral"):
-        Llama.from_hf(tmp_path / "ok")
+        load_hf(tmp_path / "ok")
 
 
 def test_meta_names():
@@ -175,7 +174,7 @@ def test_the_same_tensor_in_two_shards_names_both(sharded):
     tensors["model.norm.weight"] = torch.zeros_like(safetensors_torch.load_file(first)["model.norm.weight"])
     safetensors_torch.save_file(tensors, second, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="model.norm.weight is in two shards") as error:
-        Llama.from_hf(sharded)
+        load_hf(sharded)
     assert first.name in str(error.value) and second.name in str(error.value)
 
 
@@ -186,13 +185,13 @@ def test_two_file_tensors_for_one_parameter_are_refused(sharded):
     safetensors_torch.save_file(tensors, shard, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=r"model.norm.weight and norm.weight both map to the parameter "
                                               r"norm.weight"):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
 
 
 def test_quantized_checkpoints_are_refused_with_one_message(sharded):
     edit_json(sharded / "config.json", lambda c: c.update(quantization_config={"quant_method": "fp8"}))
     with pytest.raises(ValueError, match=r"quantization_config \(quant_method 'fp8'\): a quantized checkpoint"):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
     edit_json(sharded / "config.json", lambda c: c.pop("quantization_config"))
     shard = shard_of(sharded, "model.layers.0.mlp.up_proj.weight")
     original = safetensors_torch.load_file(shard)
@@ -203,7 +202,7 @@ def test_quantized_checkpoints_are_refused_with_one_message(sharded):
         for cast in (None, torch.float32):                                  # dtype= does not hide it
             with pytest.raises(CheckpointError, match=f"model.layers.0.mlp.up_proj.weight is {dtype}; the course "
                                                       f"loads floating-point weights"):
-                Llama.from_hf(sharded, dtype=cast)
+                load_hf(sharded, dtype=cast)
 
 
 def test_the_index_must_match_the_shards(sharded):
@@ -212,12 +211,12 @@ def test_the_index_must_match_the_shards(sharded):
               lambda c: c["weight_map"].update({"model.norm.weight": embed_shard.name}))
     with pytest.raises(ValueError, match=f"weight_map does not match the shards: model.norm.weight \\(index: "
                                          f"{embed_shard.name}, found in {norm_shard.name}\\)"):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
     edit_json(sharded / "model.safetensors.index.json",
               lambda c: c["weight_map"].update({"model.norm.weight": norm_shard.name, "model.extra.weight":
                                                 norm_shard.name}))
     with pytest.raises(ValueError, match=r"model.extra.weight \(index: .*, found in none\)"):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
 
 
 def test_deeply_nested_json_is_a_clear_error(sharded, tmp_path):
@@ -225,7 +224,7 @@ def test_deeply_nested_json_is_a_clear_error(sharded, tmp_path):
 
     (sharded / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match="config.json: cannot be read as JSON \\(nested too deeply\\)"):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
     (tmp_path / "tokenizer.json").write_text('{"format": "llama-course-bpe", "vocab": ' + "[" * 100_000 + "]" * 100_000
                                              + "}")
     with pytest.raises(ValueError, match="tokenizer.json: JSON nested too deeply"):
@@ -239,12 +238,12 @@ def test_a_tied_head_stored_with_other_values_is_an_error(tmp_path):
     tensors = safetensors_torch.load_file(path)
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
     safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
-    ours = Llama.from_hf(tmp_path / "ckpt")                    # the same values: fine, one matrix
+    ours = load_hf(tmp_path / "ckpt")                    # the same values: fine, one matrix
     assert ours.lm_head.weight is ours.embed_tokens.weight
     tensors["lm_head.weight"] = tensors["lm_head.weight"] + 1.0
     safetensors_torch.save_file(tensors, path, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="tie_word_embeddings is true but lm_head.weight differs"):
-        Llama.from_hf(tmp_path / "ckpt")
+        load_hf(tmp_path / "ckpt")
 
 
 def test_mixed_dtypes_are_an_error_at_load(sharded):
@@ -252,8 +251,8 @@ def test_mixed_dtypes_are_an_error_at_load(sharded):
     tensors = {k: v.to(torch.bfloat16) for k, v in safetensors_torch.load_file(shard).items()}
     safetensors_torch.save_file(tensors, shard, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="mixes dtypes.*torch.bfloat16.*pass dtype="):
-        Llama.from_hf(sharded)
-    model = Llama.from_hf(sharded, dtype=torch.float32)        # one dtype asked for: loads
+        load_hf(sharded)
+    model = load_hf(sharded, dtype=torch.float32)        # one dtype asked for: loads
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
@@ -278,7 +277,7 @@ def test_mixed_dtypes_are_an_error_at_load(sharded):
 def test_malformed_hugging_face_files_are_named(sharded, damage, message):
     damage(sharded)
     with pytest.raises(ValueError, match=message):
-        Llama.from_hf(sharded)
+        load_hf(sharded)
 
 
 def edit_json(path, change):
@@ -295,7 +294,7 @@ def test_an_index_entry_outside_the_checkpoint_is_not_read(tmp_path):
     data["weight_map"] = {k: "../other/model.safetensors" for k in data["weight_map"]}
     index.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="outside the checkpoint"):
-        Llama.from_hf(tmp_path / "ckpt")
+        load_hf(tmp_path / "ckpt")
 
 
 def test_malformed_meta_files_are_named(tmp_path):
@@ -305,15 +304,15 @@ def test_malformed_meta_files_are_named(tmp_path):
     del params["dim"]
     (tmp_path / "meta" / "params.json").write_text(json.dumps(params))
     with pytest.raises(ValueError, match="params.json: missing field 'dim'"):
-        Llama.from_meta(tmp_path / "meta")
+        load_meta(tmp_path / "meta")
     write_meta(reference, tmp_path / "meta")
     (tmp_path / "meta" / "consolidated.00.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="consolidated.00.pth: not a readable PyTorch checkpoint"):
-        Llama.from_meta(tmp_path / "meta")
+        load_meta(tmp_path / "meta")
     write_meta(reference, tmp_path / "meta")
     state = torch.load(tmp_path / "meta" / "consolidated.00.pth", weights_only=True)
     state.pop("norm.weight")
     torch.save(state, tmp_path / "meta" / "consolidated.01.pth")       # a second shard missing a tensor
     with pytest.raises(ValueError, match="consolidated.01.pth: holds other tensors"):
-        Llama.from_meta(tmp_path / "meta")
+        load_meta(tmp_path / "meta")
     shutil.rmtree(tmp_path / "meta")

@@ -113,3 +113,66 @@ def test_non_finite_numbers_and_numpy_integers():
         LlamaConfig(**{**base, "n_layers": np.float64(1.0)})
     with pytest.raises(ValueError, match="ffn_dim_multiplier must be a finite number > 0"):
         ffn_hidden_dim(64, ffn_dim_multiplier=float("inf"))
+
+
+def test_each_layer_kind_is_declared_never_guessed():
+    base = dict(vocab_size=8, d_model=8, n_layers=3, n_heads=2, n_experts=4, n_experts_per_token=2)
+    # DeepSeekMoE's routing fields used to be read as "this is DeepSeek" (routed_scaling_factor != 1 ...)
+    for field in (dict(moe_router="sigmoid"), dict(n_shared_experts=1), dict(routed_scaling_factor=2.5),
+                  dict(n_group=2, topk_group=1)):
+        with pytest.raises(ValueError, match="ffn='deepseek_moe'"):
+            LlamaConfig(**base, **field)
+    deepseek = LlamaConfig(**base, moe_router="sigmoid", ffn="deepseek_moe", first_k_dense_replace=1)
+    assert [deepseek.ffn_kind(i) for i in range(3)] == ["dense", "deepseek_moe", "deepseek_moe"]
+    assert [LlamaConfig(**base).ffn_kind(i) for i in range(3)] == ["moe"] * 3
+    with pytest.raises(ValueError, match="ffn 'dense'"):
+        LlamaConfig(**base, ffn="dense")
+    with pytest.raises(ValueError, match="ffn"):
+        LlamaConfig(**base, ffn="swiglu")
+    mixed = LlamaConfig(**base, sliding_window=4, attention="sliding",
+                        layer_types=("sliding_attention", "full_attention", "sliding_attention"))
+    assert [mixed.attention_kind(i) for i in range(3)] == ["sliding", "full", "sliding"]
+    with pytest.raises(ValueError, match="sliding_window"):
+        LlamaConfig(**base, attention="sliding")
+    with pytest.raises(ValueError, match="kv_lora_rank"):
+        LlamaConfig(**base, attention="latent")
+    with pytest.raises(ValueError, match="layer_idx"):
+        mixed.attention_kind(3)
+
+
+def test_the_presets_and_checkpoints_declare_their_layers():
+    from llama_course.checkpoint import config_from_hf
+
+    assert PRESETS["mistral-7b"].attention == "sliding" and PRESETS["mixtral-8x7b"].ffn == "moe"
+    assert (PRESETS["deepseek-v3"].attention, PRESETS["deepseek-v3"].ffn) == ("latent", "deepseek_moe")
+    hf = dict(vocab_size=8, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)
+    v3 = dict(hf, model_type="deepseek_v3", kv_lora_rank=4, qk_rope_head_dim=2, qk_nope_head_dim=2, v_head_dim=2,
+              n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=4, routed_scaling_factor=1.0,
+              n_shared_experts=0, n_group=1, topk_group=1)
+    cases = [(dict(hf, model_type="llama"), "full", "dense"),
+             (dict(hf, model_type="mistral", sliding_window=4), "sliding", "dense"),
+             (dict(hf, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2), "full", "moe"),
+             (v3, "latent", "deepseek_moe")]                   # V3 routed by DeepSeek's rule even at scale 1
+    for hf_config, attention, ffn in cases:
+        config = config_from_hf(hf_config)
+        assert (config.attention_kind(1), config.ffn_kind(1)) == (attention, ffn), hf_config["model_type"]
+
+
+def test_the_block_builds_what_the_config_declares():
+    from llama_course.deepseek_moe import DeepSeekMoE
+    from llama_course.ffn import SwiGLU
+    from llama_course.mla import MultiHeadLatentAttention
+    from llama_course.model import Attention, Llama
+    from llama_course.moe import MoE
+
+    config = LlamaConfig(vocab_size=8, d_model=8, n_layers=3, n_heads=2, n_experts=4, n_experts_per_token=2,
+                         first_k_dense_replace=1, sliding_window=2, attention="sliding",
+                         layer_types=("full_attention", "sliding_attention", "sliding_attention"))
+    layers = Llama(config, device="meta").layers
+    assert [type(b.self_attn) for b in layers] == [Attention] * 3
+    assert [b.self_attn.window for b in layers] == [None, 2, 2]
+    assert [type(b.mlp) for b in layers] == [SwiGLU, MoE, MoE]
+    latent = LlamaConfig(vocab_size=8, d_model=8, n_layers=2, n_heads=2, n_experts=4, n_experts_per_token=2,
+                         kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2, v_head_dim=2, ffn="deepseek_moe")
+    layers = Llama(latent, device="meta").layers
+    assert [(type(b.self_attn), type(b.mlp)) for b in layers] == [(MultiHeadLatentAttention, DeepSeekMoE)] * 2

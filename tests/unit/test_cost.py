@@ -42,7 +42,8 @@ def test_kv_cache_bytes_match_the_published_per_token_caches():
     # rolling cache "reduces the cache memory usage by 8x" for a 32k-token sequence.
     mistral = PRESETS["mistral-7b"]
     assert kv_cache_bytes(mistral) == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert kv_cache_bytes(mistral.replace(sliding_window=None), 32_768) == 8 * kv_cache_bytes(mistral, 32_768)
+    full = mistral.replace(sliding_window=None, attention="full")
+    assert kv_cache_bytes(full, 32_768) == 8 * kv_cache_bytes(mistral, 32_768)
     # DeepSeek-V3: MLA caches (d_c + d_h^R) * l numbers per token (DeepSeek-V2, Table 1) with d_c = 512,
     # d_h^R = 64, l = 61 (DeepSeek-V3 report, section 4.2): 70,272 bytes in BF16, not 2 * 128 heads' keys.
     assert kv_cache_bytes(PRESETS["deepseek-v3"]) == (512 + 64) * 61 * 2 == 70_272

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from llama_course import PRESETS, KVCache, LlamaConfig, count_parameters, generate
+from llama_course.checkpoint import load_hf
 from llama_course.deepseek_moe import DeepSeekMoE, group_limited_topk, route_deepseek, update_balancing_bias
 from llama_course.grade.testing import realistic_weights_
 from llama_course.mla import MultiHeadLatentAttention
@@ -81,7 +82,7 @@ def deepseek_v3(tmp_path):
                 b.copy_(0.3 * torch.randn_like(b))
     hf.generation_config.eos_token_id = None
     hf.save_pretrained(tmp_path)
-    return hf, Llama.from_hf(tmp_path)
+    return hf, load_hf(tmp_path)
 
 
 def test_deepseek_v3_structure(deepseek_v3):
@@ -128,7 +129,7 @@ def test_fused_3d_expert_tensors_load(deepseek_v3, tmp_path):
     state = {k: v.contiguous() for k, v in hf.state_dict().items()}
     assert state["model.layers.1.mlp.experts.gate_up_proj"].dim() == 3
     save_file(state, str(fused / "model.safetensors"))
-    ours = Llama.from_hf(fused)
+    ours = load_hf(fused)
     ids = torch.randint(1, 101, (1, 6), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-5)
@@ -151,7 +152,7 @@ def test_an_expert_stored_both_fused_and_one_by_one_is_refused(deepseek_v3, tmp_
     with pytest.raises(CheckpointError, match=r"model.layers.1.mlp.experts.(0.gate_proj.weight|gate_up_proj) and "
                                               r"model.layers.1.mlp.experts.(gate_up_proj|0.gate_proj.weight) both "
                                               r"map to the parameter layers.1.mlp.experts.0.gate_proj.weight"):
-        Llama.from_hf(both)
+        load_hf(both)
 
 
 def test_deepseek_v3_preset_counts_equal_transformers_on_meta():
@@ -181,7 +182,7 @@ def test_qwen3_moe_with_norm_topk_prob_matches_transformers(tmp_path):
     hf = transformers.Qwen3MoeForCausalLM(config).eval()
     realistic_weights_(hf, std=0.2)
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+    ours = load_hf(tmp_path)
     assert isinstance(ours.layers[0].mlp, MoE) and ours.layers[0].mlp.normalize_topk
     assert ours.config.moe_d_ff == 32 and ours.config.qk_norm
     ids = torch.randint(0, 101, (2, 9), generator=torch.Generator().manual_seed(5))
@@ -221,7 +222,7 @@ def _save_and_compare(hf, tmp_path, expected_model=None):
     """Save ``hf``, load it with the course and compare logits (prefill and cached decode) with
     ``expected_model`` (default: ``hf`` itself) at the parity tolerance."""
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+    ours = load_hf(tmp_path)
     ids = torch.randint(1, 101, (2, 9), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         expected = (expected_model or hf)(ids).logits
@@ -323,7 +324,7 @@ def test_transformers_bf16_deepseek_save_with_its_float32_router_loads_exactly(d
     with torch.no_grad():
         expected = bf16(ids).logits.float()
     for dtype in (None, torch.bfloat16):
-        ours = Llama.from_hf(tmp_path / "bf16", dtype=dtype)
+        ours = load_hf(tmp_path / "bf16", dtype=dtype)
         theirs = load_file(str(tmp_path / "bf16" / "model.safetensors"))       # transformers' file
         for name, p in ours.named_parameters():
             reference = theirs["model." + name if "model." + name in theirs else name]

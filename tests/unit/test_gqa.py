@@ -8,9 +8,10 @@ import torch.nn.functional as F
 
 from llama_course import LlamaConfig, count_parameters
 from llama_course.attention import causal_mask, padding_mask
+from llama_course.checkpoint import load_hf
 from llama_course.gqa import gqa_attention, mha_to_gqa, repeat_kv
 from llama_course.grade.testing import realistic_weights_
-from llama_course.model import Attention, Llama
+from llama_course.model import Attention
 
 transformers = pytest.importorskip("transformers")
 
@@ -59,7 +60,7 @@ def test_qwen3_logits_match_transformers(tmp_path, device):
     reference = transformers.Qwen3ForCausalLM(config).eval()
     realistic_weights_(reference, std=0.2)
     reference.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path, device=device)
+    ours = load_hf(tmp_path, device=device)
     assert ours.config.qk_norm and ours.config.head_dim == 32 and ours.config.tie_embeddings
     assert sum(p.numel() for p in ours.parameters()) == count_parameters(ours.config)["total"] == \
         sum(p.numel() for p in reference.parameters())
@@ -76,7 +77,7 @@ def test_checkpoint_kv_shapes_must_match_the_config(tmp_path):
     data["num_key_value_heads"] = 4
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"k_proj.weight: file \(16, 32\), model \(32, 32\)"):
-        Llama.from_hf(tmp_path)
+        load_hf(tmp_path)
     with pytest.raises(ValueError, match="n_kv_heads"):
         LlamaConfig(vocab_size=10, d_model=32, n_layers=1, n_heads=4, n_kv_heads=3)
     with pytest.raises(ValueError, match="n_kv_heads"):

@@ -7,7 +7,7 @@ import torch
 from llama_course import KVCache, LlamaConfig
 from llama_course.attention import causal_mask
 from llama_course.cost import kv_cache_bytes
-from llama_course.mla import LatentKVCache, MultiHeadLatentAttention
+from llama_course.mla import MultiHeadLatentAttention
 from llama_course.rope import RotaryEmbedding
 
 transformers = pytest.importorskip("transformers")
@@ -50,7 +50,8 @@ def test_cached_decode_absorbed_equals_full_naive_forward():
     with torch.no_grad():
         expected = mla(x)
         cache = KVCache(config.replace(n_layers=1), 1, 9)
-        assert isinstance(cache, LatentKVCache)
+        assert cache.keys[0].shape == (1, 1, 9, config.kv_lora_rank)          # the latents c_kv
+        assert cache.values[0].shape == (1, 1, 9, config.qk_rope_head_dim)    # the shared rope keys k_pe
         mla.form = "auto"                                    # naive prefill, absorbed decode steps
         steps = [mla(x[:, :4], cache=cache)]
         cache.advance()

@@ -6,10 +6,11 @@ import torch
 
 from llama_course import KVCache, LlamaConfig, generate
 from llama_course.attention import causal_mask
+from llama_course.checkpoint import load_hf
 from llama_course.cost import kv_cache_bytes
 from llama_course.grade.testing import realistic_weights_
 from llama_course.model import Llama
-from llama_course.sliding_window import SlidingWindowKVCache, banded_mask, sliding_window_mask
+from llama_course.sliding_window import banded_mask, sliding_window_mask
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,7 +37,7 @@ def _mistral(tmp_path, window, seed=0, **extra):
     realistic_weights_(hf, std=0.2)
     hf.generation_config.eos_token_id = None
     hf.save_pretrained(tmp_path)
-    return hf, Llama.from_hf(tmp_path)
+    return hf, load_hf(tmp_path)
 
 
 def test_mistral_window_shorter_than_the_text_matches_transformers(tmp_path):
@@ -49,7 +50,7 @@ def test_mistral_window_shorter_than_the_text_matches_transformers(tmp_path):
         expected = hf(ids, attention_mask=mask).logits
         got = ours(ids, attention_mask=mask)
         # the window matters: a plain causal model on the same weights differs
-        causal = Llama(ours.config.replace(sliding_window=None))
+        causal = Llama(ours.config.replace(sliding_window=None, attention="full"))
         causal.load_state_dict(ours.state_dict())
         far = causal(ids, attention_mask=mask)
     real = mask.bool()
@@ -65,7 +66,7 @@ def test_mistral_cached_decode_past_the_window_matches_transformers(tmp_path):
     with torch.no_grad():
         expected = hf(ids, attention_mask=mask).logits
         cache = KVCache(ours.config, 2, 15)
-        assert isinstance(cache, SlidingWindowKVCache)
+        assert cache.rolling == [True] * 3                                          # every layer slides
         steps = [ours(ids[:, :6], cache=cache, attention_mask=mask[:, :6])]      # prefill longer than W
         for t in range(6, 15):                                                   # decode 9 tokens past it
             steps.append(ours(ids[:, t:t + 1], cache=cache, attention_mask=mask[:, :t + 1]))
@@ -92,7 +93,7 @@ def test_qwen3_local_and_global_layers_match_transformers(tmp_path):
     hf = transformers.Qwen3ForCausalLM(config).eval()
     realistic_weights_(hf, std=0.2)
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+    ours = load_hf(tmp_path)
     assert ours.config.layer_types == tuple(layer_types)
     ids = torch.randint(0, 97, (1, 14), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
