@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from babel.messages.pofile import read_po, write_po
+from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALE = ROOT / "locale"
@@ -49,7 +50,15 @@ _KEPT = re.compile(r"\{[\w:-]+\}`[^`]*`|`[^`]*`|\$[^$]+\$")
 # A chapter title "13. Beyond one GPU" translated as "13. 超越单块 GPU" parses as an enumerated list,
 # which Sphinx rejects for a heading without a warning; "13\\. 超越单块 GPU" is the title.
 _NUMBERED = re.compile(r"\d+\. ")
+_MARKDOWN = MarkdownIt("commonmark")
 _ROLE_WITH_TARGET = re.compile(r"(\{[\w:-]+\})`[^`<]*<([^`>]*)>`")
+
+
+def literal_stars(text: str) -> int:
+    """How many * a Markdown reader shows as text (emphasis it did not take as emphasis)."""
+    tokens = _MARKDOWN.parseInline(text)
+    return sum(child.content.count("*") for token in tokens for child in (token.children or [])
+               if child.type == "text")
 
 
 def kept(text: str) -> set[str]:
@@ -96,6 +105,9 @@ def problems(page: str, pot_dir: Path = POT, po_dir: Path = CATALOGUES) -> list[
         elif _NUMBERED.match(translated.string):
             found.append(Problem(page, message.id, "begins 'N. ', which Sphinx reads as a numbered list "
                                                    "and then drops (the English title stays): write 'N\\. '"))
+        elif literal_stars(translated.string) > literal_stars(message.id):
+            found.append(Problem(page, message.id, "an emphasis ** or * shows literally (CommonMark does not "
+                                                   "close it next to Chinese punctuation: put the 。，outside)"))
         else:
             lost = sorted(kept(message.id) - kept(translated.string))
             if lost:

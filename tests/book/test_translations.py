@@ -79,6 +79,16 @@ def test_a_numbered_title_must_escape_its_number(tmp_path):
     assert translations.problems("page", tmp_path, tmp_path) == []
 
 
+def test_emphasis_that_chinese_punctuation_leaves_open_is_found(tmp_path):
+    english = "**Not so.** The ratio is 0 to 1."
+    write_catalogue(tmp_path / "page.pot", {english: ""})
+    write_catalogue(tmp_path / "page.po", {english: "**并非如此。**比值在 0 到 1 之间。"})
+    (problem,) = translations.problems("page", tmp_path, tmp_path)
+    assert "emphasis" in problem.why
+    write_catalogue(tmp_path / "page.po", {english: "**并非如此**。比值在 0 到 1 之间。"})
+    assert translations.problems("page", tmp_path, tmp_path) == []
+
+
 def test_numbers_code_and_maths_alone_need_no_translation():
     assert not translations.needs_translation("4,096")
     assert not translations.needs_translation("$W_q x$")
@@ -101,12 +111,16 @@ GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")
 TERMS = dict(re.findall(r"^([A-Z][^\n(]*?) \(([^)\n]*[\u4e00-\u9fff][^)\n]*)\)$", GLOSSARY, re.M))
 
 
-def uses_term(name: str, text: str) -> bool:
-    """Whether ``text`` uses a glossary name: an acronym as written ("GLU", not "glues"), a word in
-    any case, either with a plural s."""
+def term_pattern(name: str) -> re.Pattern:
+    """A glossary name in text: an acronym as written ("GLU", not "glues"), a word in any case,
+    either with a plural s."""
     if name.isupper():
-        return re.search(rf"(?<![\w-]){re.escape(name)}s?(?![\w-])", text) is not None
-    return re.search(rf"(?<![\w-]){re.escape(name)}(?:s|es)?(?![\w-])", text, re.I) is not None
+        return re.compile(rf"(?<![\w-]){re.escape(name)}s?(?![\w-])")
+    return re.compile(rf"(?<![\w-]){re.escape(name)}(?:s|es)?(?![\w-])", re.I)
+
+
+def uses_term(name: str, text: str) -> bool:
+    return term_pattern(name).search(text) is not None
 
 
 def test_a_glossary_acronym_is_not_a_word_that_contains_it():
@@ -124,15 +138,30 @@ def glossary_problems(page: str, po_dir: Path = translations.CATALOGUES) -> list
     for message in translations.read_catalogue(path):
         if not message.id or not message.string or message.fuzzy:
             continue
-        for english, chinese in TERMS.items():
+        text = message.id
+        for english, chinese in LONGEST_NAME_FIRST:
+            names = [name.strip() for name in english.split(",")]          # "Byte-pair encoding, BPE"
+            used = any(uses_term(n, text) for n in names)
+            for n in names:             # "rotary position embedding" is RoPE's, not a use of Embedding
+                text = term_pattern(n).sub(" ", text)
             if english in ORDINARY_WORDS:
                 continue
-            names = [name.strip() for name in english.split(",")]          # "Byte-pair encoding, BPE"
-            used = any(uses_term(n, message.id) for n in names)
             kept_in_english = any(n.lower() in message.string.lower() for n in names)   # "RoPE", "softmax"
             if used and chinese not in message.string and not kept_in_english:
                 found.append(f"{page}: {english!r} is not {chinese!r} in {message.string[:80]!r}")
     return found
+
+
+LONGEST_NAME_FIRST = sorted(TERMS.items(), key=lambda term: -max(len(n) for n in term[0].split(",")))
+
+
+def test_a_term_inside_a_longer_term_is_the_longer_ones(tmp_path):
+    write_catalogue(tmp_path / "page.po", {"RoPE, a rotary position embedding, turns q and k.":
+                                           "旋转位置编码转动 q 和 k。",
+                                           "The embedding holds a row per token.": "嵌入矩阵每个词元一行。",
+                                           "Each embedding row.": "每一行。"})
+    (problem,) = glossary_problems("page", tmp_path)
+    assert "'Embedding'" in problem and "每一行" in problem
 
 
 def test_the_glossary_lists_terms_with_chinese():
