@@ -116,3 +116,12 @@ def site(browser, html_root, http_base, screenshot_dir):
     from test_site import Site
 
     return Site(browser, html_root, http_base, screenshot_dir)
+
+
+@pytest.fixture(scope="session")
+def layout(site):
+    """Each book page opened once per screen size for all the layout checks (layout.py)."""
+    from layout import Layout
+    from test_site import TIMEOUT_MS
+
+    return Layout(site, TIMEOUT_MS)
