@@ -116,3 +116,31 @@ def site(browser, html_root, http_base, screenshot_dir):
     from test_site import Site
 
     return Site(browser, html_root, http_base, screenshot_dir)
+
+
+@pytest.fixture(scope="session")
+def layout(site):
+    """Each book page opened once per screen size for all the layout checks (layout.py)."""
+    from layout import Layout
+    from test_site import TIMEOUT_MS
+
+    return Layout(site, TIMEOUT_MS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Make ``--dist loadgroup`` group again. pytest-xdist 3.8 puts a test in its xdist_group by
+    appending "@group" to ``item._nodeid``, which pytest 9 no longer reads (a node's id is
+    ``item._id``), so each group was split over the workers and every worker opened the same
+    pages (measured: the two checks of ``layout:phone`` ran on gw0 and gw1). Append it where
+    pytest reads it; with an xdist that already did, the id ends with the group and is left."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(item.nodeid + suffix)

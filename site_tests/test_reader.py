@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 
 import pytest
-from test_site import TIMEOUT_MS, book_pages, toc_files
+from layout import SIZES, measurement
+from test_site import TIMEOUT_MS, book_pages, layout_group, toc_files
 
-SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 CHAPTER = "book/ch05_rope.html"   # has a previous and a next page, equations and a contents list
 ICON_EM = 1.5                     # no icon taller or wider than this many times its font size
 IDENTIFIER = re.compile(r"\w")    # letters, digits and "_": a line break between two of these
@@ -221,22 +221,27 @@ _TABLE_CODE_BREAKS_JS = """
 """
 
 
-def test_table_code_never_breaks_inside_an_identifier(site, html_root):
+@measurement("table_code", sizes=("phone",))
+def _measure_table_code(page, rel, site, size):
+    """How much inline code the page's tables hold, and where it breaks across lines."""
+    return {"count": page.evaluate("() => document.querySelectorAll('main td code, main th code').length"),
+            "breaks": page.evaluate(_TABLE_CODE_BREAKS_JS)}
+
+
+@layout_group("phone")
+def test_table_code_never_breaks_inside_an_identifier(layout, html_root):
     """At 390 px no inline code in a table cell is broken between two identifier characters
     (letters, digits, "_"): "layers.{i}.attenti|on.wq" or "mixtra|l-8x7b" read as other names,
     and "0xxxxxx|x" as another bit pattern. Breaks after "." or "-" or at a space are fine."""
     bad, seen = [], 0
-    for rel in book_pages(html_root) + ["book/intro.html"]:
+    for rel in dict.fromkeys(book_pages(html_root) + ["book/intro.html"]):   # intro: once
         if not (html_root / rel).is_file():
             continue
-        context, page = _open(site, rel, "phone")
-        try:
-            seen += page.evaluate("() => document.querySelectorAll('main td code, main th code').length")
-            for b in page.evaluate(_TABLE_CODE_BREAKS_JS):
-                if IDENTIFIER.match(b["before"]) and IDENTIFIER.match(b["after"]):
-                    bad.append(f"{rel}: {b['at']}|{b['text'][len(b['at']):]}")
-        finally:
-            context.close()
+        found = layout.read(rel, "phone", "table_code")
+        seen += found["count"]
+        for b in found["breaks"]:
+            if IDENTIFIER.match(b["before"]) and IDENTIFIER.match(b["after"]):
+                bad.append(f"{rel}: {b['at']}|{b['text'][len(b['at']):]}")
     assert seen, "no inline code in any table: the selector is broken"
     assert not bad, f"{len(bad)} breaks inside an identifier at 390 px:\n" + "\n".join(bad[:40])
 
@@ -265,33 +270,41 @@ async () => {
 """
 
 
-def _equations(site, html_root, size):
+def _has_display_math(html_root, rel: str) -> bool:
+    return '<div class="math notranslate' in (html_root / rel).read_text(encoding="utf-8")
+
+
+@measurement("equations")
+def _measure_equations(page, rel, site, size):
+    if not _has_display_math(site.root, rel):
+        return None   # no display math on this page (and maybe no MathJax to wait for)
+    return page.evaluate(_EQUATIONS_JS)
+
+
+def _equations(layout, html_root, size):
     for rel in book_pages(html_root):
-        if '<div class="math notranslate' not in (html_root / rel).read_text(encoding="utf-8"):
-            continue   # no display math on this page
-        context, page = _open(site, rel, size)
-        try:
-            yield rel, page.evaluate(_EQUATIONS_JS)
-        finally:
-            context.close()
+        if _has_display_math(html_root, rel):
+            yield rel, layout.read(rel, size, "equations")
 
 
-def test_display_equations_fit_the_column(site, html_root):
+@layout_group("desktop")
+def test_display_equations_fit_the_column(layout, html_root):
     """At 1280 px no display equation is wider than its column: none scrolls (equations joined
     with \\qquad are broken onto lines, a number that does not fit beside goes below)."""
     wide, seen = [], 0
-    for rel, equations in _equations(site, html_root, "desktop"):
+    for rel, equations in _equations(layout, html_root, "desktop"):
         seen += len(equations)
         wide += [f"{rel}: {e['label']} is {e['over']} px too wide" for e in equations if e["over"] > 1]
     assert seen, "no display equation found: the selector is broken"
     assert not wide, f"{len(wide)} display equations cut at 1280 px:\n" + "\n".join(wide)
 
 
-def test_phone_equation_numbers_never_hide_a_cut(site, html_root):
+@layout_group("phone")
+def test_phone_equation_numbers_never_hide_a_cut(layout, html_root):
     """At 390 px an equation wider than the screen scrolls with a visible shade, and its number
     is not beside it (where it sat at the clipped edge and made the cut equation look whole)."""
     bad, seen = [], 0
-    for rel, equations in _equations(site, html_root, "phone"):
+    for rel, equations in _equations(layout, html_root, "phone"):
         seen += len(equations)
         for e in equations:
             if e["over"] > 1 and e["numberBeside"]:
@@ -330,7 +343,18 @@ def test_intro_and_sidebar_cover_every_chapter(site, html_root):
     assert not misfiled, "chapters under the wrong part of the sidebar: " + ", ".join(misfiled)
 
 
-def test_no_empty_code_toggle(site, html_root):
+@measurement("empty_toggles", sizes=("desktop",))
+def _measure_empty_toggles(page, rel, site, size):
+    """The first line of each folded code cell with no output to show."""
+    return page.evaluate("""() =>
+        [...document.querySelectorAll('main div.cell')]
+          .filter(cell => cell.querySelector(':scope > details.above-input'))
+          .filter(cell => !cell.querySelector('.cell_output > *'))
+          .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0])""")
+
+
+@layout_group("desktop")
+def test_no_empty_code_toggle(layout, html_root):
     """No chapter shows a "Show code cell source" bar with nothing under it: a folded cell
     (hide-input) must have an output to show; a cell the reader need not see at all (the Colab
     install cell) is removed from the page."""
@@ -338,15 +362,7 @@ def test_no_empty_code_toggle(site, html_root):
     for rel in book_pages(html_root):
         if not re.match(r"book/ch\d+_", rel):
             continue
-        context, page = _open(site, rel, "desktop")
-        try:
-            empty += [f"{rel}: {first!r}" for first in page.evaluate("""() =>
-                [...document.querySelectorAll('main div.cell')]
-                  .filter(cell => cell.querySelector(':scope > details.above-input'))
-                  .filter(cell => !cell.querySelector('.cell_output > *'))
-                  .map(cell => (cell.querySelector('pre') || cell).textContent.trim().split('\\n')[0])""")]
-        finally:
-            context.close()
+        empty += [f"{rel}: {first!r}" for first in layout.read(rel, "desktop", "empty_toggles")]
     assert not empty, "folded code cells with nothing to show:\n" + "\n".join(empty)
 
 

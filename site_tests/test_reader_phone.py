@@ -2,14 +2,14 @@
 (at the theme's 42 px it took three to five, half the screen), and the header names the book,
 whole, next to its menu buttons.
 
-One pass over the chapters at 390 px; the browser is the session fixture of conftest.py.
+Read from the chapters' pages at 390 px that every phone layout check shares (layout.py).
 """
 from __future__ import annotations
 
 import re
 
-from test_reader import _open
-from test_site import book_pages
+from layout import measurement
+from test_site import book_pages, layout_group
 
 BOOK_TITLE = "LLaMA from the Inside"
 MAX_TITLE_LINES = 2
@@ -47,18 +47,20 @@ _FIRST_SCREEN_JS = """
 """
 
 
-def test_phone_title_lines_and_header(site, html_root):
+@measurement("first_screen", sizes=("phone",))
+def _measure_first_screen(page, rel, site, size):
+    return page.evaluate(_FIRST_SCREEN_JS, BOOK_TITLE)
+
+
+@layout_group("phone")
+def test_phone_title_lines_and_header(layout, html_root):
     """At 390 px every chapter's title takes at most MAX_TITLE_LINES lines, and the header
     shows the book's title whole."""
     long_titles, no_name, seen = [], [], 0
     for rel in book_pages(html_root):
         if not re.match(r"book/ch\d+_", rel):
             continue
-        context, page = _open(site, rel, "phone")
-        try:
-            got = page.evaluate(_FIRST_SCREEN_JS, BOOK_TITLE)
-        finally:
-            context.close()
+        got = layout.read(rel, "phone", "first_screen")
         seen += 1
         if got["h1"] is None or got["lines"] > MAX_TITLE_LINES:
             long_titles.append(f"{rel}: {got['h1']!r} takes {got['lines']} lines at {got['fontSize']}")

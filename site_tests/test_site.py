@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from layout import SIZES, measurement
 from sitepages import REPO, site_pages
 
 # Chromium as root, with nothing that phones home (component updates, sync, safe browsing
@@ -481,7 +482,19 @@ def book_pages(html_root: Path) -> list[str]:
     return [p for p in site_pages(html_root) if p.startswith("book/")]
 
 
-WIDTHS = {"desktop": 1280, "phone": 390}
+WIDTHS = {name: width for name, (width, _) in SIZES.items()}   # 1280 and 390 px
+
+
+def _at_each_width(*args):
+    """pytest params, one per screen size, each in the xdist group of the layout pages of its
+    size (layout.py), so that all layout checks at one size run where those pages were opened."""
+    return [pytest.param(*args, size, id=size, marks=pytest.mark.xdist_group(f"layout:{size}"))
+            for size in SIZES]
+
+
+def layout_group(size: str):
+    """The xdist group of the checks that read the layout pages at ``size``."""
+    return pytest.mark.xdist_group(f"layout:{size}")
 
 _FIGURES_JS = """
 () => [...document.querySelectorAll('main img')].map((img, i) => {
@@ -521,30 +534,34 @@ def _screenshot_figure(page, i: int, stem: Path) -> None:
         handle.evaluate("img => { img.closest('.figure-scroll').scrollLeft = 0; }")
 
 
-@pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
-def test_figures_keep_their_shape(site, html_root, screenshot_dir, width):
+@measurement("figures", order=50)   # after the read-only measurements: it scrolls
+def _measure_figures(page, rel, site, size):
+    """Every image's natural and shown size; each figure screenshotted as the reader sees it."""
+    shots = site.shots / "figures"
+    shots.mkdir(parents=True, exist_ok=True)
+    images = page.evaluate(_FIGURES_JS)
+    for img in images:
+        if img["inFigure"] and img["nw"] and img["nh"] and img["w"] and img["h"]:
+            _screenshot_figure(page, img["i"], shots / f"{Path(rel).stem}-{img['i']}-{size}")
+    return images
+
+
+@pytest.mark.parametrize("width", _at_each_width())
+def test_figures_keep_their_shape(layout, html_root, width):
     """At 1280 and 390 px every image is shown with its natural aspect ratio (within 2%), and
     each figure is screenshotted at both widths as the reader sees it (_build/screenshots/
     figures/; a figure that scrolls sideways on the phone also scrolled to its end)."""
-    shots = screenshot_dir / "figures"
-    shots.mkdir(parents=True, exist_ok=True)
     bad, seen = [], 0
     for rel in book_pages(html_root):
-        v, context, page = _open(site, rel, WIDTHS[width])
-        try:
-            for img in page.evaluate(_FIGURES_JS):
-                if not (img["nw"] and img["nh"] and img["w"] and img["h"]):
-                    continue
-                seen += 1
-                natural, shown = img["nw"] / img["nh"], img["w"] / img["h"]
-                if abs(shown / natural - 1) > 0.02:
-                    bad.append(f"{rel} image {img['i']} ({img['src'].rsplit('/', 1)[-1]}): "
-                               f"{img['w']:.0f}x{img['h']:.0f} shown, natural "
-                               f"{img['nw']}x{img['nh']} ({shown / natural:.2f}x too wide)")
-                if img["inFigure"]:
-                    _screenshot_figure(page, img["i"], shots / f"{Path(rel).stem}-{img['i']}-{width}")
-        finally:
-            context.close()
+        for img in layout.read(rel, width, "figures"):
+            if not (img["nw"] and img["nh"] and img["w"] and img["h"]):
+                continue
+            seen += 1
+            natural, shown = img["nw"] / img["nh"], img["w"] / img["h"]
+            if abs(shown / natural - 1) > 0.02:
+                bad.append(f"{rel} image {img['i']} ({img['src'].rsplit('/', 1)[-1]}): "
+                           f"{img['w']:.0f}x{img['h']:.0f} shown, natural "
+                           f"{img['nw']}x{img['nh']} ({shown / natural:.2f}x too wide)")
     assert seen, "no image measured at all: the measurement is broken"
     assert not bad, "images distorted:\n" + "\n".join(bad)
 
@@ -685,31 +702,37 @@ def _reachable(img: dict) -> str | None:
     return None
 
 
-def _pages_in_both_themes(site, html_root: Path, width: int):
-    """(page, "light" | "dark", the open page in that theme) for every book page at ``width``:
-    one visit per page, measured light, then switched to the dark theme and measured again."""
-    for rel in book_pages(html_root):
-        v, context, page = _open(site, rel, width)
-        try:
-            yield rel, "light", page
+@measurement("figure_text", order=100)   # last: it leaves the page in the dark theme
+def _measure_figure_text(page, rel, site, size):
+    """The content images as shown, measured in the light theme, then in the dark one; with,
+    for each that scrolls sideways in its frame, whether the scroll cue shows."""
+    found = {}
+    for theme in ("light", "dark"):
+        if theme == "dark":
             page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
-            yield rel, "dark", page
-        finally:
-            context.close()
+        images = page.evaluate(_FIGURE_TEXT_JS)
+        for i, img in enumerate(images):
+            if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
+                img["cue"] = _scroll_cue_shown(page, i)
+        found[theme] = images
+    return found
 
 
-@pytest.mark.parametrize("width", list(WIDTHS), ids=list(WIDTHS))
-def test_figure_text_is_readable(site, html_root, width):
+@pytest.mark.parametrize("width", _at_each_width())
+def test_figure_text_is_readable(layout, html_root, width):
     """At 1280 and 390 px, light and dark, the smallest text of every notebook
     figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
     browser gives the picture, and the whole figure can be reached: it fits the screen, or it
     sits in a frame that scrolls sideways to all of it, with a visible cue while there is more.
-    Each page is opened once per width and measured in the light theme, then in the dark one."""
+    Each page is opened once per width (layout.py) and measured in the light theme, then in the
+    dark one."""
     mode, width = width, WIDTHS[width]
     small, unreachable, no_cue, mismatch, seen = [], [], [], [], 0
     sizes: dict[str, list[float]] = {".png": [], ".svg": []}
-    for rel, theme, page in _pages_in_both_themes(site, html_root, width):
-        for i, img in enumerate(page.evaluate(_FIGURE_TEXT_JS)):
+    measured = [(rel, theme, images) for rel in book_pages(html_root)
+                for theme, images in layout.read(rel, mode, "figure_text").items()]
+    for rel, theme, images in measured:
+        for img in images:
             seen += 1
             name = f"{rel} ({theme}) {img['src'].rsplit('/', 1)[-1][:16]}"
             px, how = smallest_text_px(html_root, img["src"], img["shown"])
@@ -726,7 +749,7 @@ def test_figure_text_is_readable(site, html_root, width):
             if why:
                 unreachable.append(f"{name}: {why}")
             if img.get("frame") and img["scrollWidth"] > img["clientWidth"] + 1:
-                if not _scroll_cue_shown(page, i):
+                if not img["cue"]:
                     no_cue.append(name)
     assert seen, "no content image measured at all: the measurement is broken"
     print(f"{mode}: smallest text, " + "; ".join(
@@ -781,16 +804,18 @@ _PAGE_OVERFLOW_JS = """
 """
 
 
-def test_phone_page_does_not_scroll_sideways(site, html_root):
+@measurement("overflow", sizes=("phone",))
+def _measure_overflow(page, rel, site, size):
+    return page.evaluate(_PAGE_OVERFLOW_JS)
+
+
+@layout_group("phone")
+def test_phone_page_does_not_scroll_sideways(layout, html_root):
     """At 390 px nothing in the text runs past the screen's right edge (long inline code wraps):
     only figures, tables, display math and code blocks scroll, each inside its own frame."""
     over = []
     for rel in book_pages(html_root):
-        v, context, page = _open(site, rel, WIDTHS["phone"])
-        try:
-            over += [f"{rel}: {what}" for what in page.evaluate(_PAGE_OVERFLOW_JS)]
-        finally:
-            context.close()
+        over += [f"{rel}: {what}" for what in layout.read(rel, "phone", "overflow")]
     assert not over, f"{len(over)} elements run past a 390 px screen:\n" + "\n".join(over[:30])
 
 
@@ -836,22 +861,27 @@ _WIDE_OUTPUTS_JS = """
 """
 
 
-def test_code_outputs_fit_the_column(site, html_root):
+@measurement("outputs", sizes=("desktop",))
+def _measure_outputs(page, rel, site, size):
+    """How many printed outputs the page has, and those wider than their box."""
+    return {"count": page.evaluate("() => document.querySelectorAll("
+                                   "'main .cell_output pre, main .output pre').length"),
+            "wide": page.evaluate(_WIDE_OUTPUTS_JS)}
+
+
+@layout_group("desktop")
+def test_code_outputs_fit_the_column(layout, html_root):
     """At 1280 px no printed output line is wider than the text column (measured with
     white-space: pre, so neither a horizontal scroll nor wrapping can hide it), except those in
     WIDE_OUTPUT_ALLOW, each with its reason."""
     assert all(reason.strip() for reason in WIDE_OUTPUT_ALLOW.values()), "an allowance without a reason"
     wide, measured = [], 0
     for rel in book_pages(html_root):
-        v, context, page = _open(site, rel, WIDTHS["desktop"])
-        try:
-            measured += page.evaluate("() => document.querySelectorAll("
-                                      "'main .cell_output pre, main .output pre').length")
-            for o in page.evaluate(_WIDE_OUTPUTS_JS):
-                if (rel, o["first"]) not in WIDE_OUTPUT_ALLOW:
-                    wide.append(f"{rel}: {o['first']!r}: {o['chars']} characters, {o['over']} px "
-                                f"too wide: {o['widest']!r}")
-        finally:
-            context.close()
+        outputs = layout.read(rel, "desktop", "outputs")
+        measured += outputs["count"]
+        for o in outputs["wide"]:
+            if (rel, o["first"]) not in WIDE_OUTPUT_ALLOW:
+                wide.append(f"{rel}: {o['first']!r}: {o['chars']} characters, {o['over']} px "
+                            f"too wide: {o['widest']!r}")
     assert measured, "no printed output found at all: the selector is broken"
     assert not wide, f"{len(wide)} outputs wider than the column:\n" + "\n".join(wide)

@@ -7,6 +7,7 @@ The hostile submissions live in tests/grader_cases/rules/, one folder each."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,38 @@ def chapter_args(*chapters: int) -> list:
     return [a for n in chapters for a in ("--chapter", n)] + ["--tests", RULES / "suites"]
 
 
+# The rule cases are graded two runs at a time instead of one each (the grader's start costs more
+# than a case's tests): a run's submission holds one case per chapter. Each case is one file of its
+# own chapter, and the grader checks each file on its own and runs each test in a sandbox of its
+# own, so cases of one run cannot score, or lose points, for each other; each test below still
+# reads only its own case's rows, and each checks why its case earned nothing.
+RUNS = [("alibi_transformers", "min_p_transformers", "backward_helper", "swiglu_backward_helper",
+         "balance_cut_off"),
+        ("alibi_transformers_hidden", "min_p_transformers_hidden", "backward_thread")]
+
+
+@pytest.fixture(scope="module")
+def graded_case(tmp_path_factory):
+    """graded_case(case, chapter) -> the results of the run that graded ``case`` (RUNS)."""
+    results: dict[tuple, dict] = {}
+
+    def get(case: str, chapter: int) -> dict:
+        run = next(r for r in RUNS if case in r)
+        if run not in results:
+            sub = tmp_path_factory.mktemp("rules")
+            chapters = []
+            for name in run:
+                files = sorted((RULES / name).glob("ch*.py"))
+                assert len(files) == 1 and not (sub / files[0].name).exists(), (name, files)
+                shutil.copy(files[0], sub / files[0].name)
+                chapters.append(int(files[0].name[2:4]))
+            results[run] = grade(sub, sub.parent / f"{sub.name}.json", *chapter_args(*chapters))
+        assert (sub_file := next((RULES / case).glob("ch*.py"))).name.startswith(f"ch{chapter:02d}_"), sub_file
+        return results[run]
+
+    return get
+
+
 @pytest.mark.slow
 @needs_key
 @pytest.mark.parametrize("case, chapter, label, why", [
@@ -50,11 +83,11 @@ def chapter_args(*chapters: int) -> list:
     ("min_p_transformers", 8, "Homework 8.C", "imports transformers"),
     ("min_p_transformers_hidden", 8, "Homework 8.C", "tried to use transformers"),
 ])
-def test_transformers_answers_earn_nothing(tmp_path, case, chapter, label, why):
+def test_transformers_answers_earn_nothing(graded_case, case, chapter, label, why):
     """Homework 4.A by transformers' BLOOM ALiBi, 8.C by its MinPLogitsWarper: the hidden tests'
     own oracles, imported plainly (refused before grading) or under a computed name (refused by
     the worker's audit hook). The oracles still run in the grader: the key scores these rows."""
-    results = grade(RULES / case, tmp_path / "r.json", *chapter_args(chapter))
+    results = graded_case(case, chapter)
     earned, possible, outputs = by_exercise(results, label)
     assert possible > 0 and earned == 0, (earned, outputs)
     assert any(why in o for o in outputs), outputs
@@ -68,11 +101,11 @@ def test_transformers_answers_earn_nothing(tmp_path, case, chapter, label, why):
     ("swiglu_backward_helper", 6, "Homework 6.A"),
     ("balance_cut_off", 12, "Homework 12.B"),
 ])
-def test_autograd_rules(tmp_path, case, chapter, label):
+def test_autograd_rules(graded_case, case, chapter, label):
     """By-hand backward passes with autograd in a helper (enable_grad + autograd.grad, a raw
     thread, torch.func.vjp) earn nothing; a loss with the right value but no gradient loses the
     differentiability test."""
-    results = grade(RULES / case, tmp_path / "r.json", *chapter_args(chapter))
+    results = graded_case(case, chapter)
     earned, possible, outputs = by_exercise(results, label)
     if label == "Homework 12.B":   # the values are right: only the gradient test fails
         assert 0 < earned < possible, (earned, outputs)
