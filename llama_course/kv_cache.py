@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import argument_check, check_int, check_positive_int, check_tensor, check_type
+from .checks import check_int, check_positive_int, check_tensor, check_type
 from .config import LlamaConfig
 
 
@@ -48,7 +48,6 @@ class KVCache:
         self._pending = k.shape[-2]
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
-    @argument_check
     def _check_update(self, layer, k, v) -> None:
         check_int("layer", layer, 0, self.n_layers - 1)
         buffer = self.keys[layer]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .attention import merge_heads
-from .checks import argument_check, check_int, check_positive_int, check_type
+from .checks import check_int, check_positive_int, check_type
 from .config import LlamaConfig, is_sliding_layer
 from .gqa import gqa_attention
 from .kv_cache import KVCache
@@ -112,7 +112,6 @@ class SlidingWindowKVCache(KVCache):
         self._pending = new
         return keys, values, torch.cat([held, torch.arange(past, past + new, device=k.device)])
 
-    @argument_check
     def _check_window_update(self, layer, k, v) -> None:
         if not self.sliding[check_int("layer", layer, 0, self.n_layers - 1)]:
             raise ValueError(f"layer {layer} is a full-attention layer: use update")
