@@ -79,6 +79,9 @@ def _check_bounds(name: str, value, what: str, low, high, low_open: bool, high_o
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
     """An int (Python, NumPy or a 0-d integer tensor; not bool) in [low, high]. Returns a Python int."""
+    if type(value) is int:                      # the common case, without the ABC look-ups below
+        _check_bounds(name, value, "an int", low, high, False, False)
+        return value
     is_int_tensor = (isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point()
                      and not value.is_complex() and value.dtype != torch.bool)
     if _is_bool(value) or not (isinstance(value, numbers.Integral) or is_int_tensor):
@@ -97,11 +100,17 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
                  low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
     """A real number (int or float of any library; not bool), finite unless ``finite=False``, within
     [low, high] (``low_open``/``high_open`` exclude the end). NaN is always rejected. Returns it."""
+    if type(value) is float or type(value) is int:   # the common case, without the ABC look-ups
+        return _check_real(name, value, low, high, low_open, high_open, finite)
     is_real_tensor = isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_complex() \
         and value.dtype != torch.bool
     if _is_bool(value) or not (isinstance(value, numbers.Real) or is_real_tensor):
         raise TypeError(f"{name} must be a number, got {_type_name(value)}")
     value = value.item() if isinstance(value, torch.Tensor) else value
+    return _check_real(name, value, low, high, low_open, high_open, finite)
+
+
+def _check_real(name: str, value, low, high, low_open: bool, high_open: bool, finite: bool):
     what = "a finite number" if finite else "a number"
     if math.isnan(value) or (finite and math.isinf(value)):
         bounds = _bounds(low, high, low_open, high_open)
@@ -168,17 +177,16 @@ def check_tensor(name: str, value, ndim: int | None = None, *, min_ndim: int | N
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_type_name(value)}")
     for wanted, kind in ((floating, "floating"), (integer, "integer")):
-        test, words = _KINDS[kind]
-        if wanted and not test(value):
-            raise TypeError(f"{name} must be {words} tensor, got {value.dtype}")
+        if wanted and not _KINDS[kind][0](value):
+            raise TypeError(f"{name} must be {_KINDS[kind][1]} tensor, got {value.dtype}")
     if ndim is not None and value.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
     if min_ndim is not None and value.dim() < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}")
     if shape is not None and tuple(value.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
-    if like is not None:
-        check_same_device(**{name: value, like_name or "the other inputs": like})
+    if like is not None and (not isinstance(like, torch.Tensor) or value.device != like.device):
+        check_same_device(**{name: value, like_name or "the other inputs": like})   # raises, naming both
     return value
 
 
