@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import argument_check, check_int, check_one_of, check_positive_int, check_tensor
+from .checks import check_int, check_one_of, check_positive_int, check_tensor
 from .config import LlamaConfig
 from .linear import Linear
 
@@ -60,17 +60,25 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     (batch, 1, 1, kv_len): True for real tokens, False for padding. Combine with ``&``::
 
         mask = causal_mask(T, device=d) & padding_mask(attention_mask)   # (batch, 1, T, T)
+
+    It runs inside every forward, so it checks the mask's shape and dtype but reads no values:
+    that the entries are 0 or 1 is checked where the mask comes in (Llama.forward, generate;
+    ``check_attention_mask_values``).
     """
     check_attention_mask(attention_mask)
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): broadcasts over heads and queries
 
 
-@argument_check
 def check_attention_mask(attention_mask) -> None:
-    """A (batch, seq) tensor of integers or booleans, every entry 0 or 1 (meta tensors are not read)."""
+    """A (batch, seq) tensor of integers or booleans. Metadata only: reads no values."""
     check_tensor("attention_mask", attention_mask, 2)
     if attention_mask.is_floating_point() or attention_mask.is_complex():
         raise TypeError(f"attention_mask must hold integers or booleans 0/1, got {attention_mask.dtype}")
+
+
+def check_attention_mask_values(attention_mask: torch.Tensor) -> None:
+    """Every entry of a checked attention_mask is 0 or 1. Reads the values (one device-to-host copy
+    on a GPU; meta tensors hold none): for entry points only (checks.py)."""
     if attention_mask.device.type != "meta" and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token), got "
                          f"{sorted(set(attention_mask.unique().tolist()) - {0, 1})[:3]}")
@@ -89,10 +97,10 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-@argument_check
 def check_attention_inputs(q, k, v, mask, backend: str, kv_groups: int = 1) -> None:
     """q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) floating tensors on one device, d >= 1,
-    L_k >= 1; ``mask`` boolean, broadcasting to the scores; ``kv_groups`` query heads per K/V head."""
+    L_k >= 1; ``mask`` boolean, broadcasting to the scores; ``kv_groups`` query heads per K/V head.
+    Metadata only (shapes, dtypes, devices): it runs in every layer of every forward."""
     check_one_of("backend", backend, BACKENDS)
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, min_ndim=2, floating=True, like=q, like_name="q")
@@ -125,15 +133,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     same result up to rounding.
     """
     check_attention_inputs(q, k, v, mask, backend)
-    return attend(q, k, v, mask, backend)
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-           backend: str = "explicit") -> torch.Tensor:
-    """scaled_dot_product_attention without the argument checks, for callers that made them."""
     if backend == "sdpa":
-        return fused_attention(q, k, v, mask)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+        return fused_attention(q, k, v, mask)                          # (..., L_q, d_v) torch's kernels
+    scale = 1.0 / math.sqrt(q.shape[-1])                               # 1 / sqrt(d)
     dtype = torch.float32 if q.dtype == torch.float16 else q.dtype     # float16's q . k overflows at 65,504
     scores = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale     # (..., L_q, L_k)
     if mask is not None:
@@ -169,7 +171,6 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, T, D/H)
 
 
-@argument_check
 def _check_split(x, n_heads) -> None:
     check_tensor("x", x, 3)
     if check_positive_int("n_heads", n_heads) and x.shape[-1] % n_heads:

@@ -12,26 +12,31 @@ The book's functions call these in a single line before their maths, e.g.::
 
     check_tensor("x", x, floating=True)
 
-Checked once, at the door. ``Llama.forward`` checks its own arguments and then runs every layer
-inside ``trusted()``: there the checks of the inner calls (norms, attention, the cache) pass
-without looking, because their inputs are tensors the model made itself. A check costs a few
-microseconds of Python; a decode step of a small model would otherwise make about seventy of them.
-Called on its own, every function and module checks its arguments as usual.
+One static rule says which checks run where (no switch turns them off):
+
+    metadata checks   type, shape, dtype, device: they read no tensor values, cost a few
+                      microseconds of Python, and run on every call of every function
+    value checks      token ids in the vocabulary, positions in range, a mask of 0/1, finite
+                      numbers: they read the tensor (on a GPU, a device-to-host copy that makes the
+                      CPU wait), so only entry points make them: Llama.forward, generate, and
+                      functions the model never calls (embed, the losses). Llama.forward skips
+                      them with ``check_values=False``, which generate passes for the tokens it
+                      sampled itself: an explicit argument, visible where it is used.
+
+Inside the model, layers receive tensors the model made (the positions from the cache length, the
+mask from a checked attention_mask), so the layers check metadata only. Every predicate is pure: it
+depends on its arguments alone.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import math
 import numbers
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 import torch
 
 __all__ = [
-    "argument_check",
     "check_bool",
     "check_finite",
     "check_int",
@@ -43,32 +48,7 @@ __all__ = [
     "check_tensor",
     "check_token_ids",
     "check_type",
-    "trusted",
 ]
-
-_TRUSTED = contextvars.ContextVar("llama_course_trusted", default=False)
-
-
-@contextmanager
-def trusted() -> Iterator[None]:
-    """Inside this block the package's argument checks pass without looking (see the module's
-    docstring). For a caller that has checked its own inputs: Llama.forward, the decode loop."""
-    token = _TRUSTED.set(True)
-    try:
-        yield
-    finally:
-        _TRUSTED.reset(token)
-
-
-def argument_check(check: Callable[..., None]) -> Callable[..., None]:
-    """Decorator for a function that only checks arguments (and returns None): skipped inside
-    :func:`trusted`."""
-    @functools.wraps(check)
-    def checked(*args, **kwargs) -> None:
-        if not _TRUSTED.get():
-            check(*args, **kwargs)
-    return checked
-
 
 def _type_name(value) -> str:
     if isinstance(value, torch.Tensor):
@@ -99,7 +79,8 @@ def _check_bounds(name: str, value, what: str, low, high, low_open: bool, high_o
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
     """An int (Python, NumPy or a 0-d integer tensor; not bool) in [low, high]. Returns a Python int."""
-    if _TRUSTED.get():
+    if type(value) is int:                      # the common case, without the ABC look-ups below
+        _check_bounds(name, value, "an int", low, high, False, False)
         return value
     is_int_tensor = (isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point()
                      and not value.is_complex() and value.dtype != torch.bool)
@@ -119,13 +100,17 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
                  low_open: bool = False, high_open: bool = False, finite: bool = True) -> float:
     """A real number (int or float of any library; not bool), finite unless ``finite=False``, within
     [low, high] (``low_open``/``high_open`` exclude the end). NaN is always rejected. Returns it."""
-    if _TRUSTED.get():
-        return value
+    if type(value) is float or type(value) is int:   # the common case, without the ABC look-ups
+        return _check_real(name, value, low, high, low_open, high_open, finite)
     is_real_tensor = isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_complex() \
         and value.dtype != torch.bool
     if _is_bool(value) or not (isinstance(value, numbers.Real) or is_real_tensor):
         raise TypeError(f"{name} must be a number, got {_type_name(value)}")
     value = value.item() if isinstance(value, torch.Tensor) else value
+    return _check_real(name, value, low, high, low_open, high_open, finite)
+
+
+def _check_real(name: str, value, low, high, low_open: bool, high_open: bool, finite: bool):
     what = "a finite number" if finite else "a number"
     if math.isnan(value) or (finite and math.isinf(value)):
         bounds = _bounds(low, high, low_open, high_open)
@@ -142,8 +127,6 @@ def check_positive_number(name: str, value) -> float:
 def check_finite(name: str, value):
     """A finite number, or a tensor without NaN or infinity (one device-to-host copy on a GPU; meta
     tensors hold no values and pass)."""
-    if _TRUSTED.get():
-        return value
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         if value.device.type != "meta" and value.numel() and (value.is_floating_point() or value.is_complex()) \
                 and not bool(torch.isfinite(value).all()):
@@ -154,8 +137,6 @@ def check_finite(name: str, value):
 
 def check_bool(name: str, value) -> bool:
     """True or False (NumPy's bool too)."""
-    if _TRUSTED.get():
-        return value
     if not _is_bool(value):
         raise TypeError(f"{name} must be a bool, got {_type_name(value)}")
     return bool(value)
@@ -163,8 +144,6 @@ def check_bool(name: str, value) -> bool:
 
 def check_type(name: str, value, kind: type | tuple[type, ...]):
     """An instance of ``kind`` (a class or a tuple of classes)."""
-    if _TRUSTED.get():
-        return value
     if not isinstance(value, kind):
         names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise TypeError(f"{name} must be a {names}, got {_type_name(value)}")
@@ -173,8 +152,6 @@ def check_type(name: str, value, kind: type | tuple[type, ...]):
 
 def check_one_of(name: str, value, options: Iterable):
     """One of ``options`` (compared with ==). A value of another type than the options -> TypeError."""
-    if _TRUSTED.get():
-        return value
     options = tuple(options)
     types = {type(option) for option in options}
     if options and not isinstance(value, tuple(types)):
@@ -197,22 +174,19 @@ def check_tensor(name: str, value, ndim: int | None = None, *, min_ndim: int | N
     """A torch.Tensor; optionally of exactly ``ndim`` or at least ``min_ndim`` dimensions, of
     ``shape``, floating-point (float16/bfloat16/float32/float64: not int, bool or complex) or
     integer (not bool), and on the same device as the tensor ``like`` (named ``like_name``)."""
-    if _TRUSTED.get():
-        return value
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_type_name(value)}")
     for wanted, kind in ((floating, "floating"), (integer, "integer")):
-        test, words = _KINDS[kind]
-        if wanted and not test(value):
-            raise TypeError(f"{name} must be {words} tensor, got {value.dtype}")
+        if wanted and not _KINDS[kind][0](value):
+            raise TypeError(f"{name} must be {_KINDS[kind][1]} tensor, got {value.dtype}")
     if ndim is not None and value.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
     if min_ndim is not None and value.dim() < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}")
     if shape is not None and tuple(value.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
-    if like is not None:
-        check_same_device(**{name: value, like_name or "the other inputs": like})
+    if like is not None and (not isinstance(like, torch.Tensor) or value.device != like.device):
+        check_same_device(**{name: value, like_name or "the other inputs": like})   # raises, naming both
     return value
 
 
@@ -234,15 +208,14 @@ def check_same_device(**tensors) -> torch.device | None:
 
 
 def check_token_ids(name: str, value, vocab_size: int, like: torch.Tensor | None = None,
-                    like_name: str | None = None) -> torch.Tensor:
-    """An int64 or int32 tensor of token ids, each in [0, vocab_size), on ``like``'s device. The
-    range check costs one device-to-host copy on a GPU; ids on the meta device hold no values."""
-    if _TRUSTED.get():
-        return value
+                    like_name: str | None = None, values: bool = True) -> torch.Tensor:
+    """An int64 or int32 tensor of token ids, each in [0, vocab_size), on ``like``'s device. A value
+    check (it reads the ids: one device-to-host copy on a GPU; meta tensors hold no values), for
+    entry points; its metadata half alone is ``check_token_ids(..., values=False)``."""
     check_tensor(name, value, like=like, like_name=like_name)
     if value.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {value.dtype}")
-    if value.device.type != "meta" and value.numel():
+    if values and value.device.type != "meta" and value.numel():
         bad = value[(value < 0) | (value >= vocab_size)]
         if bad.numel():
             raise ValueError(f"{name} must be in [0, {vocab_size}) (the vocabulary), got {int(bad[0])}")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from .checks import argument_check, check_tensor, check_token_ids
+from .checks import check_tensor, check_token_ids
 
 
-@argument_check
 def _check_embed(token_ids, weight) -> None:
     check_tensor("weight", weight, 2)
     check_token_ids("token_ids", token_ids, weight.shape[0], like=weight, like_name="weight")

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import argument_check, check_positive_int, check_tensor
+from .checks import check_positive_int, check_tensor
 from .linear import Linear
 
 
@@ -22,7 +22,6 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(x)
 
 
-@argument_check
 def _check_swiglu(x, w_gate, w_up, w_down) -> None:
     check_tensor("x", x, min_ndim=1, floating=True)
     for name, w in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):

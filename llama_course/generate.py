@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .attention import check_attention_mask
+from .attention import check_attention_mask, check_attention_mask_values
 from .checks import check_int, check_number, check_positive_int, check_token_ids
 from .kv_cache import KVCache, cache_config
 
@@ -94,6 +94,7 @@ def _check_generate(model: Llama, input_ids, max_new_tokens, temperature, top_k,
         check_int("eos_token_id", eos_token_id, 0, config.vocab_size - 1)
     if attention_mask is not None:
         check_attention_mask(attention_mask)
+        check_attention_mask_values(attention_mask)
         _check_no_empty_row(attention_mask)
         if attention_mask.device.type != "meta" and bool((attention_mask[:, 1:] < attention_mask[:, :-1]).any()
                                                          | (attention_mask[:, -1] == 0).any()):
@@ -148,8 +149,8 @@ def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, 
             return
         if attention_mask is not None:   # padded rows: the new token is real, extend the mask
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        # decode: the model's own token needs no checks (each would make a GPU wait, Chapter 8)
-        logits = model.logits(token[:, None], cache=cache, attention_mask=attention_mask)[:, -1]  # (B, V)
+        # decode: the model's own token, in the vocabulary by construction: no value check (a GPU wait)
+        logits = model(token[:, None], cache=cache, attention_mask=attention_mask, check_values=False)[:, -1]
         nan_seen |= logits.isnan().any()
 
 

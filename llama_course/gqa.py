@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .attention import attend, check_attention_inputs, fused_attention
-from .checks import argument_check, check_positive_int, check_tensor
+from .attention import check_attention_inputs, fused_attention, scaled_dot_product_attention
+from .checks import check_positive_int, check_tensor
 
 
-@argument_check
 def _check_repeat(x, n_rep) -> None:
     check_tensor("x", x, 4)
     check_positive_int("n_rep", n_rep)
@@ -33,7 +32,6 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x.reshape(batch, kv_heads * n_rep, seq, head_dim)          # (B, H, T, d)
 
 
-@argument_check
 def _check_gqa(q, k, v, mask, backend) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, 4)
@@ -69,11 +67,10 @@ def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
             mask = mask.reshape(b, 1, n_rep * seq, mask.shape[-1])
         else:                                                    # per-head masks, grouped like q
             mask = mask.reshape(b, kv_heads, n_rep * seq, mask.shape[-1])
-    out = attend(rows, k, v, mask)                               # (B, H_kv, n_rep*T, d)
+    out = scaled_dot_product_attention(rows, k, v, mask)         # (B, H_kv, n_rep*T, d)
     return out.reshape(batch, n_heads, seq, v.shape[-1])         # (B, H, T, d)
 
 
-@argument_check
 def _check_pooling(weights, n_heads, n_kv_heads) -> None:
     if check_positive_int("n_heads", n_heads) % check_positive_int("n_kv_heads", n_kv_heads):
         raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import argument_check, check_int, check_positive_int, check_tensor, check_type
+from .checks import check_int, check_positive_int, check_tensor, check_type
 from .config import LlamaConfig
 
 
@@ -83,7 +83,6 @@ class KVCache:
         self._pending = new
         return keys, values
 
-    @argument_check
     def _check_update(self, layer, k, v) -> None:
         check_int("layer", layer, 0, self.n_layers - 1)
         for name, t, buffer in (("k", k, self.keys[layer]), ("v", v, self.values[layer])):

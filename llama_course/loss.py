@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .checks import argument_check, check_tensor, check_token_ids
+from .checks import check_tensor, check_token_ids
 
 
-@argument_check
 def _check_loss(logits, token_ids) -> None:
     check_tensor("logits", logits, 3, floating=True)
     check_token_ids("token_ids", token_ids, logits.shape[-1], like=logits, like_name="logits")

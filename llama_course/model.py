@@ -25,8 +25,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .attention import BACKENDS, MultiHeadAttention, causal_mask, check_attention_mask, merge_heads, padding_mask
-from .checks import check_one_of, check_positive_int, check_tensor, check_token_ids, check_type, trusted
+from .attention import (
+    BACKENDS,
+    MultiHeadAttention,
+    causal_mask,
+    check_attention_mask,
+    check_attention_mask_values,
+    merge_heads,
+    padding_mask,
+)
+from .checks import check_bool, check_one_of, check_positive_int, check_tensor, check_token_ids, check_type
 from .config import LlamaConfig
 from .deepseek_moe import DeepSeekMoE
 from .ffn import SwiGLU
@@ -199,38 +207,34 @@ class Llama(nn.Module):
                 nn.init.ones_(module.weight)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, *, check_values: bool = True) -> torch.Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
         positions      (T,) or (B, T); default: from attention_mask when given (each row's first
                        real token is position 0), else cache.length .. cache.length + T - 1
         cache          a KVCache: this call's keys/values are appended, queries see all of them
         attention_mask (B, T_past + T) of 0/1, Hugging Face style (1 = real token, 0 = padding)
+        check_values   read the inputs to check their values too: ids in the vocabulary, positions
+                       in range, a mask of 0/1 (on a GPU, a wait for a device-to-host copy). Shapes,
+                       dtypes and devices are checked always. generate passes False for the tokens
+                       it sampled itself (Chapter 8).
         """
-        self._check_inputs(input_ids, positions, cache, attention_mask)
-        return self.logits(input_ids, positions, cache, attention_mask)
+        self._check_inputs(input_ids, positions, cache, attention_mask, check_values)
+        past = cache.length if cache is not None else 0
+        mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
+                                        positions=positions)                   # (B, 1, T, T_kv), (B, T)
+        angles = self.rotary.angles(positions)      # RoPE's cos, sin (..., T, hd/2), once for all layers
+        x = self.embed_tokens(input_ids)                                       # (B, T, d)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, angles, cache, i)                               # (B, T, d)
+        if cache is not None:
+            cache.advance()
+        return self.lm_head(self.norm(x))                                      # (B, T, V)
 
-    def logits(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
-               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`forward` without its argument checks, for inputs known to be valid: the decode
-        loop's own tokens (Chapter 8). On a GPU a check that reads values (token ids in range)
-        makes the CPU wait for the GPU, and a decode step would pay that wait every time. The
-        layers run inside ``trusted()``: their inputs are the model's own tensors (checks.py)."""
-        with trusted():
-            past = cache.length if cache is not None else 0
-            mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
-                                            positions=positions)                   # (B, 1, T, T_kv), (B, T)
-            angles = self.rotary.rows(positions)        # RoPE's cos, sin (..., T, hd/2), once for all layers
-            x = self.embed_tokens(input_ids)                                       # (B, T, d)
-            for i, layer in enumerate(self.layers):
-                x = layer(x, mask, angles, cache, i)                               # (B, T, d)
-            if cache is not None:
-                cache.advance()
-            return self.lm_head(self.norm(x))                                      # (B, T, V)
-
-    def _check_inputs(self, input_ids, positions, cache, attention_mask) -> None:
+    def _check_inputs(self, input_ids, positions, cache, attention_mask, check_values) -> None:
+        values = check_bool("check_values", check_values)     # False: metadata only (checks.py)
         check_token_ids("input_ids", input_ids, self.config.vocab_size, like=self.embed_tokens.weight,
-                        like_name="the model's weights")
+                        like_name="the model's weights", values=values)
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError(f"input_ids must be (batch, seq) with batch, seq >= 1, got shape {tuple(input_ids.shape)}")
         if cache is not None:
@@ -239,23 +243,27 @@ class Llama(nn.Module):
         end = past + input_ids.shape[1]
         if positions is not None:
             check_tensor("positions", positions, integer=True, like=input_ids, like_name="input_ids")
-            check_positions(positions, self.config.max_seq_len)
+            if values:
+                check_positions(positions, self.config.max_seq_len)
             if positions.shape[-1] != input_ids.shape[1] or positions.shape[:-1] not in ((), input_ids.shape[:1]):
                 raise ValueError(f"positions must be (seq,) or (batch, seq) for input_ids {tuple(input_ids.shape)}, "
                                  f"got shape {tuple(positions.shape)}")
         elif end > self.config.max_seq_len:   # the default positions: known here without reading a tensor
             raise ValueError(f"positions must be in [0, {self.config.max_seq_len}) (max_seq_len), got up to {end - 1}")
         if attention_mask is not None:
-            check_attention_mask(attention_mask)                  # (B, T) of 0/1 integers or booleans
+            check_attention_mask(attention_mask)                  # (B, T) of integers or booleans
+            if values:
+                check_attention_mask_values(attention_mask)       # ... each 0 or 1
             expected = (input_ids.shape[0], end)
             if tuple(attention_mask.shape) != expected:
                 raise ValueError(f"attention_mask must be (batch, past + new) = {expected}, "
                                  f"got {tuple(attention_mask.shape)}")
 
     def _check_cache(self, cache, input_ids) -> None:
-        """The cache's own update checks run inside ``trusted()``, so forward checks a KVCache once
-        here. Any object with ``length``, ``update`` and ``advance`` is accepted as a cache (a
-        reader's own, in the exercises); it checks for itself."""
+        """A KVCache is checked against this model and batch here, with a message that says how to
+        make the right one; its update checks each layer's shapes as well. Any object with
+        ``length``, ``update`` and ``advance`` is accepted as a cache (a reader's own, in the
+        exercises); it checks for itself."""
         if not all(hasattr(cache, name) for name in ("length", "update", "advance")):
             raise TypeError(f"cache must be a KVCache (length, update, advance), got {type(cache).__name__}")
         if not isinstance(cache, KVCache):

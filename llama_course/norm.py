@@ -13,10 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import argument_check, check_positive_int, check_positive_number, check_tensor
+from .checks import check_positive_int, check_positive_number, check_tensor
 
 
-@argument_check
 def _check_norm(x, weight, eps, bias=None) -> None:
     check_tensor("x", x, min_ndim=1, floating=True)
     check_tensor("weight", weight, shape=x.shape[-1:], like=x, like_name="x")

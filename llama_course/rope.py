@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from .checks import (
-    argument_check,
     check_int,
     check_number,
     check_one_of,
@@ -110,7 +109,6 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = N
     return inv_freq
 
 
-@argument_check
 def check_positions(positions, max_seq_len: int | None = None) -> None:
     """An integer tensor of positions, (seq,) or (batch, seq): each in [0, max_seq_len) for a table
     of that many rows, else within float32's exact integers, |m| < 2^24 (negative positions rotate
@@ -157,7 +155,6 @@ def _broadcast_angles(cos, sin, x):
     return cos, sin
 
 
-@argument_check
 def _check_rope_input(x, positions, layout) -> None:
     check_tensor("x", x, min_ndim=2, floating=True)
     check_one_of("layout", layout, LAYOUTS)
@@ -182,7 +179,6 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
     return _rotate(x, cos, sin, layout)
 
 
-@argument_check
 def _check_qk_weight(w, n_heads) -> None:
     check_tensor("w", w, 2)
     if check_positive_int("n_heads", n_heads) and w.shape[0] % n_heads:
@@ -227,17 +223,21 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
 
     def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rows of the cos and sin tables at ``positions``: float32, (*positions.shape, d/2)."""
-        check_positions(positions, self.max_seq_len)
-        return self.rows(positions)
+        """The rows of the cos and sin tables at ``positions`` (..., T): float32, (..., T, d/2).
 
-    def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`angles` for positions already known to be in range (Llama.forward makes its own
-        from the cache length): no check, so no device-to-host copy on a GPU."""
-        return self.cos[positions], self.sin[positions]
+        A lookup inside every forward, so it checks metadata only: the positions' values must be
+        in [0, max_seq_len), which the entry points check (Llama.forward; :meth:`forward` when
+        given positions rather than angles). Outside the table, indexing raises IndexError on a CPU.
+        """
+        check_tensor("positions", positions, integer=True, like=self.cos, like_name="the RoPE tables")
+        return self.cos[positions], self.sin[positions]                   # (..., T, d/2) each
 
     def forward(self, q: torch.Tensor, k: torch.Tensor,
                 positions: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q and k (..., T, d). ``positions``: (T,) or (B, T) integers, whose values are checked
+        here (the layer used on its own is an entry point), or the (cos, sin) pair of :meth:`angles`."""
+        if not isinstance(positions, tuple):
+            check_positions(positions, self.max_seq_len)                   # reads the values
         cos, sin = positions if isinstance(positions, tuple) else self.angles(positions)  # (..., T, d/2)
         cos, sin = _broadcast_angles(cos, sin, q)                # (B, 1, T, d/2) for a batch of positions
         return _rotate(q, cos, sin, self.layout), _rotate(k, cos, sin, self.layout)

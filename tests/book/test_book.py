@@ -374,9 +374,10 @@ def test_every_drawn_diagram_is_shown_by_a_chapter():
 
 # ------------------------------------------------------------ printed listings read like formulas
 LITERALINCLUDE = re.compile(r"```\{literalinclude\} \.\./(llama_course/[\w/]+\.py)\n(?:[^`\n]*\n)*?:pyobject: ([\w.]+)")
-# Checks that are not argument checks: guards on what the function computed.
-NOT_ARGUMENT_CHECKS = {("llama_course/train.py", "train_step"): "check_finite: the loss and gradient it computed",
-                      ("llama_course/generate.py", "stream_generate"): "check_no_nan: the logits it computed"}
+# Checks that are not argument checks: guards on what the function computed (the loss and
+# gradient train_step computed, the logits stream_generate computed).
+NOT_ARGUMENT_CHECKS = {("llama_course/train.py", "train_step"): "check_finite",
+                      ("llama_course/generate.py", "stream_generate"): "check_no_nan"}
 
 
 def printed_objects() -> set[tuple[str, str]]:
@@ -385,41 +386,169 @@ def printed_objects() -> set[tuple[str, str]]:
     return {m.groups() for text in sources for m in LITERALINCLUDE.finditer(text)}
 
 
-def check_statements(function: ast.FunctionDef) -> list[int]:
-    """Line numbers of the body's statements that check arguments: a call of check_*/_check_* or a raise."""
-    lines = []
-    for stmt in function.body:
-        for node in ast.walk(stmt):
-            called = getattr(node, "func", None)
-            name = getattr(called, "attr", None) or getattr(called, "id", "")
-            if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and name.startswith(("check_", "_check"))):
-                lines.append(stmt.lineno)
-                break
-    return lines
+# A listing the text presents as an equation computes it in plain sight: the operations of the
+# equation are in the printed code (calls by name, operators, [] for indexing; docstrings and
+# comments do not count), so its maths cannot move into an unprinted helper. Key: (file, :pyobject:).
+EQUATIONS = {
+    ("llama_course/tokenizer/bpe.py", "merge_pair"): ("==", "append"),                  # eq-ch02-merge
+    ("llama_course/tokenizer/bpe.py", "train_bpe"): ("heappop", "merge_everywhere"),    # argmax of the counts
+    ("llama_course/tokenizer/bpe.py", "bpe_merge"): ("heapify", "heappop", "[]"),       # eq-ch02-rank
+    ("llama_course/embedding.py", "embed"): ("[]",),                                    # x_i = E[t_i]
+    ("llama_course/norm.py", "rms_norm"): ("rsqrt", "mean", "pow", "+", "*"),           # eq-ch03-rmsnorm
+    ("llama_course/attention.py", "scaled_dot_product_attention"):                      # eq-ch04-attention
+        ("@", "transpose", "sqrt", "masked_fill", "softmax"),
+    ("llama_course/attention.py", "softmax"): ("amax", "-", "exp", "sum", "/"),         # eq-ch04-softmax
+    ("llama_course/attention.py", "causal_mask"): ("tril",),
+    ("llama_course/attention.py", "padding_mask"): ("!=",),
+    ("llama_course/attention.py", "split_heads"): ("view", "transpose"),
+    ("llama_course/attention.py", "merge_heads"): ("transpose", "reshape"),
+    ("llama_course/attention.py", "MultiHeadAttention"):                                # eq-ch04-mha
+        ("q_proj", "k_proj", "v_proj", "split_heads", "scaled_dot_product_attention", "merge_heads", "o_proj"),
+    ("llama_course/rope.py", "_rotate"): ("*", "-", "+"),                               # eq-ch05-pair-update
+    ("llama_course/ffn.py", "silu"): ("sigmoid", "*"),
+    ("llama_course/ffn.py", "swiglu"): ("silu", "*"),                                   # eq-ch06-swiglu
+    ("llama_course/ffn.py", "SwiGLU"): ("gate_proj", "up_proj", "silu", "*", "down_proj"),
+    ("llama_course/model.py", "LlamaBlock"):                                            # eq-ch07-*-step
+        ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp", "+"),
+    ("llama_course/model.py", "Llama.forward"): ("embed_tokens", "layer", "norm", "lm_head"),  # eq-ch07-model
+    ("llama_course/generate.py", "top_p_filter"): ("sort", "softmax", "cumsum", ">=", "masked_fill"),
+    ("llama_course/cost.py", "kv_cache_bytes"): ("*",),                                 # eq-ch08-kv-bytes
+    ("llama_course/gqa.py", "repeat_kv"): ("expand", "reshape"),
+    ("llama_course/gqa.py", "mha_to_gqa"): ("mean",),                                   # eq-ch09-mean-pool
+    ("llama_course/moe.py", "route_topk"): ("softmax", "topk"),
+    ("llama_course/moe.py", "load_balancing_loss"): ("softmax", "*", "sum"),
+    ("llama_course/moe.py", "router_z_loss"): ("logsumexp", "pow", "mean"),
+    ("llama_course/train.py", "lr_at"): ("cos",),                                       # eq-ch11-lr
+    ("llama_course/sliding_window.py", "sliding_window_mask"): ("-", ">=", "<", "&"),   # eq-ch12-band
+}
+# Listings printed beside an equation that compute something else (the step that wires it in).
+NOT_AN_EQUATION = {
+    ("llama_course/model.py", "Attention.__init__"): "makes the QK-norm modules; Attention.forward applies them",
+    ("llama_course/model.py", "Attention.forward"): "one line per chapter's step; the maths is in the printed steps",
+    ("llama_course/rope.py", "apply_rope"): "looks up the angles; _rotate, printed beside it, rotates the pairs",
+    ("llama_course/kv_cache.py", "KVCache.update"): "stores keys and values; the equation is the buffer's shape",
+    ("llama_course/gqa.py", "gqa_attention"): "regroups the queries, then calls scaled_dot_product_attention",
+    ("llama_course/moe.py", "MoE.forward"): "dispatch; the routing equation is route_topk's",
+    ("llama_course/train.py", "make_optimizer"): "chooses AdamW's hyperparameters; torch computes the update",
+    ("llama_course/train.py", "train"): "the loop; lr_at and train_step are printed on their own",
+    ("llama_course/train.py", "train_step"): "calls the loss, clipping and the optimizer",
+    ("llama_course/kv_cache.py", "KVCache.update_window"): "stores the window's keys",
+    ("llama_course/mla.py", "MultiHeadLatentAttention.absorbed"): "Chapter 12's absorbed form (its helper's area)",
+}
+OPERATORS = {ast.MatMult: "@", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Add: "+", ast.Sub: "-",
+             ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.Invert: "~", ast.USub: "-", ast.Eq: "==",
+             ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 
 
-def test_the_book_prints_functions_with_at_most_one_line_of_argument_checks():
-    """Every function (or method of a class) the book prints with :pyobject: has at most one
-    statement of argument checking before its maths, so the listing reads like the formula."""
+def printed_node(path: str, name: str) -> ast.AST:
+    node = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    for part in name.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == part)
+    return node
+
+
+def operations(node: ast.AST) -> set[str]:
+    """The operations a listing's code performs: names of the functions and methods it calls,
+    its operators, "[]" for indexing. Strings (docstrings) and comments are not code."""
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            found.add(getattr(n.func, "attr", None) or getattr(n.func, "id", ""))
+        elif isinstance(n, (ast.BinOp, ast.UnaryOp, ast.AugAssign)):
+            found.add(OPERATORS.get(type(n.op), ""))
+        elif isinstance(n, ast.Compare):
+            found.update(OPERATORS.get(type(op), "") for op in n.ops)
+        elif isinstance(n, ast.Subscript):
+            found.add("[]")
+    return found - {""}
+
+
+def equation_cells() -> set[tuple[str, str]]:
+    """Printed listings whose markdown cell states or cites a numbered equation before the listing."""
+    found = set()
+    for p in NOTEBOOKS:
+        for c in cells(p):
+            text = "".join(c["source"]) if c["cell_type"] == "markdown" else ""
+            for m in LITERALINCLUDE.finditer(text):
+                if re.search(r"\(eq-[\w-]+\)|\{eq\}`", text[:m.start()]):
+                    found.add(m.groups())
+    return found
+
+
+def test_a_listing_presented_as_an_equation_contains_its_operations():
+    """Each listing of EQUATIONS is printed, and its code contains every operation of its equation."""
     printed = printed_objects()
     assert len(printed) > 40, f"found only {len(printed)} printed objects: the pattern is broken"
+    missing = []
+    for (path, name), wanted in sorted(EQUATIONS.items()):
+        if (path, name) not in printed:
+            missing.append(f"{path}:{name} is declared but the book does not print it")
+            continue
+        absent = [op for op in wanted if op not in operations(printed_node(path, name))]
+        if absent:
+            missing.append(f"{path}:{name} does not compute {absent} in the printed code")
+    assert not missing, "printed listings without their equation's operations:\n" + "\n".join(missing)
+
+
+def test_every_listing_printed_beside_an_equation_is_declared():
+    """A listing whose paragraph states or cites an equation is in EQUATIONS (with its operations)
+    or in NOT_AN_EQUATION (with the reason): a new listing cannot skip the rule."""
+    beside = equation_cells()
+    assert len(beside) > 15, f"found only {len(beside)} listings beside an equation: the pattern is broken"
+    undeclared = sorted(beside - set(EQUATIONS) - set(NOT_AN_EQUATION))
+    assert not undeclared, f"listings beside an equation, not declared: {undeclared}"
+    assert not set(NOT_AN_EQUATION) - printed_objects(), "NOT_AN_EQUATION names a listing the book no longer prints"
+
+
+def test_the_equation_rule_fails_a_listing_whose_maths_is_in_a_helper():
+    hidden = ast.parse("def attention(q, k, v):\n    check(q, k, v)\n"
+                       "    return _attend(q, k, v)  # softmax(q @ k.T) v\n")
+    shown = ast.parse("def attention(q, k, v):\n    return softmax(q @ k.transpose(-2, -1) / math.sqrt(d)) @ v\n")
+    wanted = EQUATIONS[("llama_course/attention.py", "scaled_dot_product_attention")]
+    assert [op for op in wanted if op not in operations(hidden)] == list(wanted)
+    assert [op for op in wanted if op not in operations(shown)] == ["masked_fill"]
+
+
+def check_lines(function: ast.FunctionDef, guard: str = "") -> list[int]:
+    """Source lines of the body's argument checks: a statement of the body that calls check_* or
+    _check_* (but not ``guard``, a check of what the function computed), and an ``if`` of the body
+    that raises (its test and its raise). Errors raised deeper (a loader's file errors) are not
+    argument checks."""
+    lines = set()
+    for stmt in function.body:
+        raised = [s for s in stmt.body if isinstance(s, ast.Raise)] if isinstance(stmt, ast.If) else []
+        if raised:
+            lines.update(range(stmt.lineno, stmt.test.end_lineno + 1))
+            lines.update(range(raised[0].lineno, raised[0].end_lineno + 1))
+        elif not isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.ClassDef)):
+            calls = [getattr(c.func, "attr", None) or getattr(c.func, "id", "")
+                     for c in ast.walk(stmt) if isinstance(c, ast.Call)]
+            if isinstance(stmt, ast.Raise) or any(c.startswith(("check_", "_check")) and c != guard for c in calls):
+                lines.update(range(stmt.lineno, stmt.end_lineno + 1))
+    return sorted(lines)
+
+
+MAX_CHECK_LINES = 3
+
+
+def test_the_book_prints_functions_whose_argument_checks_are_short():
+    """A separate rule: every function (or method of a class) the book prints spends at most
+    MAX_CHECK_LINES lines on argument checks, so the listing reads checks, then maths."""
     heavy = []
-    for path, name in sorted(printed):
-        node = ast.parse((REPO / path).read_text(encoding="utf-8"))
-        for part in name.split("."):
-            node = next(n for n in node.body if getattr(n, "name", None) == part)
+    for path, name in sorted(printed_objects()):
+        node = printed_node(path, name)
         functions = [node] if isinstance(node, ast.FunctionDef) else \
             [n for n in node.body if isinstance(n, ast.FunctionDef)]
         for f in functions:
-            lines = check_statements(f)
-            if (path, f.name) in NOT_ARGUMENT_CHECKS:
-                lines = lines[:1]
-            if len(lines) > 1:
-                heavy.append(f"{path}:{name} ({f.name}): check statements at lines {lines}")
-    assert not heavy, "printed functions with more than one line of checks:\n" + "\n".join(heavy)
+            lines = check_lines(f, NOT_ARGUMENT_CHECKS.get((path, f.name), ""))
+            if len(lines) > MAX_CHECK_LINES:
+                heavy.append(f"{path}:{name} ({f.name}): check lines {lines}")
+    assert not heavy, f"printed functions with more than {MAX_CHECK_LINES} lines of checks:\n" + "\n".join(heavy)
 
 
-def test_the_listing_check_counts_a_function_with_two_checks():
+def test_the_listing_check_counts_the_lines_of_checks():
     two = ast.parse("def f(x, n):\n    check_tensor('x', x)\n    if n < 0:\n        raise ValueError('n')\n"
                     "    return x * n\n").body[0]
-    assert check_statements(two) == [2, 3]
+    assert check_lines(two) == [2, 3, 4]
+    guarded = ast.parse("def f(x):\n    x = x * 2\n    check_finite('x', x)\n    return x\n").body[0]
+    assert check_lines(guarded) == [3] and check_lines(guarded, guard="check_finite") == []

@@ -8,6 +8,7 @@ from llama_course import LlamaConfig
 from llama_course.attention import (
     MultiHeadAttention,
     causal_mask,
+    check_attention_mask_values,
     merge_heads,
     padding_mask,
     scaled_dot_product_attention,
@@ -186,9 +187,13 @@ def test_empty_keys_and_zero_width_heads_are_value_errors():
 
 
 def test_attention_mask_holds_only_zeros_and_ones():
+    """A value check, made at the entry points (Llama.forward, generate); padding_mask runs inside
+    every forward and checks the mask's dtype and shape only."""
     for bad in ([[1, 2, 1]], [[0, -1, 1]]):
         with pytest.raises(ValueError, match="attention_mask must hold only 0"):
-            padding_mask(torch.tensor(bad))
+            check_attention_mask_values(torch.tensor(bad))
+    with pytest.raises(TypeError, match="attention_mask must hold integers or booleans"):
+        padding_mask(torch.tensor([[0.0, 1.0]]))
     assert padding_mask(torch.tensor([[0, 1, 1]])).tolist() == [[[[False, True, True]]]]
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from llama_course.checks import (
-    argument_check,
     check_bool,
     check_finite,
     check_int,
@@ -17,7 +16,6 @@ from llama_course.checks import (
     check_positive_number,
     check_same_device,
     check_tensor,
-    trusted,
 )
 
 
@@ -104,23 +102,20 @@ def test_device_mismatch_including_meta():
     assert check_same_device(a=cpu, b=None, c=cpu) == torch.device("cpu")
 
 
-def test_trusted_skips_checks_only_inside_and_is_restored_after_an_error():
-    @argument_check
-    def check_even(name, value):
-        if value % 2:
-            raise ValueError(f"{name} must be even, got {value}")
+def test_predicates_are_pure_no_switch_turns_them_off():
+    """The static rule (checks.py): a predicate depends on its arguments alone. The package has no
+    context variable or global that makes checks pass without looking (the old checks.trusted())."""
+    import pathlib
 
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
-        check_tensor("x", 3)
-    with pytest.raises(ValueError, match="n must be even"):
-        check_even("n", 3)
-    with trusted():
-        assert check_tensor("x", 3) == 3 and check_int("k", "7") == "7"   # passed through, unread
-        assert check_even("n", 3) is None
-    with pytest.raises(RuntimeError), trusted():
-        raise RuntimeError("an error inside the block")
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):   # checking again after it
-        check_tensor("x", 3)
+    import llama_course
+
+    with pytest.raises(TypeError, match="k must be an int, got str"):
+        check_int("k", "7")
+    assert type(check_int("k", np.int64(7))) is int                       # always the clean value
+    package = pathlib.Path(llama_course.__file__).parent
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "contextvars" not in text and "trusted()" not in text, f"{path.name} switches checks off"
 
 
 def test_a_model_forward_leaves_checks_on_and_its_layers_still_check_alone():
@@ -128,8 +123,52 @@ def test_a_model_forward_leaves_checks_on_and_its_layers_still_check_alone():
     from llama_course.model import Llama
 
     model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4))
-    model(torch.tensor([[1, 2, 3]]))                              # runs its layers inside trusted()
+    model(torch.tensor([[1, 2, 3]]))
     with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         model.norm(torch.ones(1, 32, dtype=torch.long))           # a module called on its own checks
     with pytest.raises(ValueError, match="input_ids must be in"):
         model(torch.tensor([[1, 2, 99]]))                         # forward checks its own inputs
+
+
+def tiny_model():
+    from llama_course import LlamaConfig
+    from llama_course.model import Llama
+
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, max_seq_len=16))
+
+
+def test_forward_checks_metadata_always_and_values_unless_told_not_to():
+    model = tiny_model()
+    ids, mask = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 1]])
+    with pytest.raises(ValueError, match="attention_mask must hold only 0"):
+        model(ids, attention_mask=mask)                                   # values read at the door
+    model(ids, attention_mask=mask, check_values=False)                   # not read: the caller vouches
+    for kwargs in ({}, {"check_values": False}):                          # metadata: always
+        with pytest.raises(TypeError, match="input_ids must be an int64 or int32"):
+            model(ids.float(), **kwargs)
+        with pytest.raises(TypeError, match="attention_mask must hold integers or booleans"):
+            model(ids, attention_mask=mask.float(), **kwargs)
+        with pytest.raises(ValueError, match="positions must be"):
+            model(ids, positions=torch.arange(4), **kwargs)
+    with pytest.raises(TypeError, match="check_values must be a bool"):
+        model(ids, check_values=0)
+
+
+def test_generate_checks_the_prompt_and_feeds_back_its_own_tokens_without_reading_them(monkeypatch):
+    import llama_course.model as model_module
+    from llama_course.generate import generate
+
+    model, reads = tiny_model(), []
+    original = model_module.check_token_ids
+
+    def spy(*args, values=True, **kwargs):
+        reads.append(values)
+        return original(*args, values=values, **kwargs)
+
+    monkeypatch.setattr(model_module, "check_token_ids", spy)
+    out = generate(model, torch.tensor([[1, 2, 3]]), 4)
+    assert out.shape == (1, 7)
+    assert reads == [True, False, False, False]                           # the prompt, then its own tokens
+    with pytest.raises(ValueError, match="input_ids must be in"):
+        generate(model, torch.tensor([[1, 2, 99]]), 2)

@@ -143,13 +143,13 @@ def test_greedy_decoding_on_nan_logits_of_one_decode_step_raises_when_the_stream
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     clean = generate(m, prompt, 5)
     assert not (clean[:, 3:5] == 0).any()                              # no early EOS before the NaN step
-    calls, logits = [0], m.logits
+    calls, logits = [0], m.forward
 
     def poisoned(*args, **kwargs):                                     # prefill, decode 1, decode 2 (NaN), ...
         calls[0] += 1
         out = logits(*args, **kwargs)
         return out.clone().index_fill_(0, torch.tensor(rows), float("nan")) if calls[0] == 3 else out
-    monkeypatch.setattr(m, "logits", poisoned)
+    monkeypatch.setattr(m, "forward", poisoned)
     with pytest.raises(FloatingPointError, match="NaN logits"):
         generate(m, prompt, 5, eos_token_id=eos_token_id)
     calls[0] = 0

@@ -168,7 +168,9 @@ def test_angles_are_rows_of_the_tables_and_the_model_looks_them_up_once():
     q, k = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
     by_positions, by_angles = rope(q, k, positions), rope(q, k, (cos, sin))
     assert all(torch.equal(a, b) for a, b in zip(by_positions, by_angles))
-    with pytest.raises(ValueError, match="max_seq_len"):
+    with pytest.raises(ValueError, match="max_seq_len"):       # called with positions: their values are read
+        rope(q, k, positions + 61)
+    with pytest.raises(IndexError):                            # the lookup alone reads no values
         rope.angles(positions + 61)
     # Llama.forward looks the angles up once and hands the same (cos, sin) pair to every layer
     model = Llama(LlamaConfig(vocab_size=20, d_model=16, n_layers=3, n_heads=2, max_seq_len=32))
