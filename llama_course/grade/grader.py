@@ -48,7 +48,7 @@ import pytest
 
 from . import autograder, sandbox
 from .plugin import REPO, SANDBOX, graded_marker, graded_points
-from .points import PROBLEMS, Split, fmt, label_of, problems_for, split
+from .points import PROBLEMS, Split, fmt, is_hidden, label_of, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
@@ -69,7 +69,7 @@ class TestResult:
     failure: str = ""
     student_output: str = ""
     seen: set = field(default_factory=set)
-    hidden: bool = False      # from a hidden test file: feedback shows no expected value, no input
+    hidden: bool = False      # points.is_hidden: feedback shows no expected value, no input
     error_type: str = ""      # the exception's type name when the test failed by raising
 
     @property
@@ -100,7 +100,7 @@ class _Collector:
             self.splits[graded.label] = split(graded.label, problems_for(item))
             self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], graded.label,
                                                    points[item.nodeid], graded.kind, graded.depends,
-                                                   hidden=Path(str(getattr(item, "path", ""))).parent.name == "hidden")
+                                                   hidden=is_hidden(item))
 
     def pytest_collectreport(self, report):
         if report.failed:

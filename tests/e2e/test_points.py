@@ -174,6 +174,28 @@ def test_parametrized_cases_and_devices_divide_a_problems_points(tmp_path):
         assert per_problem(run["rows"], hidden=False)["Homework 96.A hw"] == pytest.approx(1)
 
 
+REEXPORT = """
+import sys
+sys.path.insert(0, {hidden!r})
+from test_ch96_synthetic import POINTS, test_many, test_one  # noqa: F401  hidden tests, run from here
+"""
+
+
+@pytest.mark.slow
+def test_a_hidden_test_run_from_another_folder_stays_hidden_in_points_and_feedback(tmp_path):
+    """A suite that imports hidden test functions into a public folder: the grader's row (its
+    feedback) and its points (the hidden part of the problem) agree that each is hidden."""
+    graded, hidden = synthetic_suite(tmp_path, 2)
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "test_ch96_again.py").write_text(REEXPORT.format(hidden=str(hidden)))
+    (run,) = collect([again])
+    assert run["code"] == 0 and not run["errors"], run
+    rows = {nodeid.split("::", 1)[1]: (flag, p) for nodeid, _, flag, p in run["rows"]}
+    assert rows["test_one"] == (True, pytest.approx(8 / 5)), rows       # the hidden part's share, 8 * 1/5
+    assert [rows[f"test_many[{n}]"] for n in range(2)] == [(True, pytest.approx(8 * 4 / 5 / 2))] * 2, rows
+
+
 @pytest.mark.slow
 def test_a_graded_test_outside_the_table_stops_collection(tmp_path):
     folder = tmp_path / "graded"
