@@ -263,6 +263,11 @@ def item_points(items, marker_of) -> dict[str, float]:
         part, test = (ident, is_hidden(item)), item.nodeid.split("[", 1)[0]
         problem = problems[ident]
         totals[part] = problem.hidden if part[1] else problem.public
+        if not totals[part]:
+            where = "hidden" if part[1] else "public"
+            raise PointsError(f"{item.nodeid}: a {where} test of {ident}, which has 0 {where} points in the points "
+                              f"table (llama_course/grade/points.py): it would be worth nothing; give {ident} "
+                              f"{where} points there or move the test")
         weights.setdefault(part, {})[test] = graded.weight
         cases.setdefault(test, []).append((item, part))
     points = {}

@@ -16,9 +16,12 @@ import textwrap
 import zipfile
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from llama_course.grade import points as course_points
+from llama_course.grade.plugin import Graded
 from llama_course.grade.points import PROBLEMS, TIERS, chapter_totals, fmt, kind_of, split
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,6 +197,29 @@ def test_a_hidden_test_run_from_another_folder_stays_hidden_in_points_and_feedba
     rows = {nodeid.split("::", 1)[1]: (flag, p) for nodeid, _, flag, p in run["rows"]}
     assert rows["test_one"] == (True, pytest.approx(8 / 5)), rows       # the hidden part's share, 8 * 1/5
     assert [rows[f"test_many[{n}]"] for n in range(2)] == [(True, pytest.approx(8 * 4 / 5 / 2))] * 2, rows
+
+
+def fake_item(folder: str, points: dict):
+    """A collected test as item_points sees it: node id, module (its POINTS) and file."""
+    return SimpleNamespace(nodeid=f"tests/{folder}/test_ch96_x.py::test_x",
+                           path=Path(f"/course/tests/{folder}/test_ch96_x.py"), module=SimpleNamespace(POINTS=points))
+
+
+def test_a_test_of_a_part_worth_nothing_is_refused_not_silently_worth_zero():
+    """A hidden test of a problem whose points are all public (or a public test of one whose points
+    are all hidden) would earn nothing: the table and the tests disagree, and collection says so."""
+    marker = Graded("Exercise 96.1 first")
+    problem, item_points = course_points.problem, course_points.item_points
+    all_public, all_hidden = {"Exercise 96.1": problem("first", 2)}, {"Exercise 96.1": problem("first", 2, public=0)}
+    for folder, points, part in (("hidden", all_public, "hidden"), ("graded", all_hidden, "public")):
+        with pytest.raises(course_points.PointsError) as error:
+            item_points([fake_item(folder, points)], lambda item: marker)
+        message = str(error.value)
+        assert f"tests/{folder}/test_ch96_x.py::test_x" in message and "Exercise 96.1" in message, message
+        assert f"0 {part} points" in message, message
+    # the same tests where the table gives their part points: worth all of it
+    assert item_points([fake_item("hidden", all_hidden)], lambda item: marker) == {
+        "tests/hidden/test_ch96_x.py::test_x": 2.0}
 
 
 @pytest.mark.slow
