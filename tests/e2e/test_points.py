@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from llama_course.grade import points as course_points
-from llama_course.grade.plugin import Graded
+from llama_course.grade.plugin import Graded, graded_marker
 from llama_course.grade.points import PROBLEMS, TIERS, chapter_totals, fmt, kind_of, split
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,6 +220,20 @@ def test_a_test_of_a_part_worth_nothing_is_refused_not_silently_worth_zero():
     # the same tests where the table gives their part points: worth all of it
     assert item_points([fake_item("hidden", all_hidden)], lambda item: marker) == {
         "tests/hidden/test_ch96_x.py::test_x": 2.0}
+
+
+def test_the_old_points_argument_of_a_marker_is_refused_not_read_as_a_weight():
+    """graded(..., points=3) once gave a test 3 points; the points are now the table's, and reading
+    the old argument as a weight would change the shares silently: collection stops and says so."""
+    old = SimpleNamespace(nodeid="tests/graded/test_ch04_attention.py::test_x",
+                          get_closest_marker=lambda name: pytest.mark.graded("Exercise 4.1 softmax", points=3).mark)
+    with pytest.raises(pytest.UsageError) as error:
+        graded_marker(old)
+    message = str(error.value)
+    assert "tests/graded/test_ch04_attention.py::test_x" in message and "weight=" in message, message
+    new = SimpleNamespace(nodeid=old.nodeid,
+                          get_closest_marker=lambda name: pytest.mark.graded("Exercise 4.1 softmax", weight=3).mark)
+    assert graded_marker(new) == Graded("Exercise 4.1 softmax", 3.0)
 
 
 @pytest.mark.slow

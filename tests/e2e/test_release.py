@@ -213,7 +213,7 @@ def interleave(a, b):
 FAKE_PUBLIC = '''import pytest
 
 
-@pytest.mark.graded("Homework 99.A interleave", points=1, kind="homework")
+@pytest.mark.graded("Homework 99.A interleave", weight=1, kind="homework")
 def test_interleave_worked_example(impl):
     assert impl.interleave([1], [2]) == [1, 2]
 '''
@@ -222,7 +222,7 @@ FAKE_HIDDEN = '''import pytest
 PACKAGE_MODULES = ["llama_course", "llama_course.weave"]
 
 
-@pytest.mark.graded("Homework 99.A interleave", points=3, kind="homework")
+@pytest.mark.graded("Homework 99.A interleave", weight=3, kind="homework")
 def test_interleave_hidden(impl):
     assert impl.interleave([1, 3, 5], [2, 4, 6]) == [1, 2, 3, 4, 5, 6]
 '''
