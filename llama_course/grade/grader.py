@@ -249,33 +249,34 @@ def _by_exercise(results: list[TestResult]) -> dict[str, list[TestResult]]:
     return exercises
 
 
-def table(results: list[TestResult], unchecked: dict[str, float] | None = None) -> str:
+def table(results: list[TestResult], unchecked: dict[str, float]) -> str:
     """The per-exercise summary a student reads: one row per exercise. ``unchecked``: {exercise:
-    points of hidden tests this run did not have} ({} when it ran them all; None when it had none
-    and does not know their points): a row whose checks here all pass then says what it checked
-    and what it could not, never "all tests pass"."""
+    points of hidden tests this run did not have} (unchecked_points; {} when it ran them all): a
+    row whose checks here all pass then says what it checked and what it could not, never "all
+    tests pass"."""
+    if not isinstance(unchecked, dict):
+        raise TypeError(f"unchecked must be a dict of hidden points per exercise (unchecked_points), "
+                        f"got {type(unchecked).__name__}")
     exercises = _by_exercise(results)
     width = max([len(name) for name in exercises] + [len("Exercise")])
     lines = [f"{'Exercise':<{width}}  {'Points':>11}  First failure", "-" * (width + 50)]
     for name, group in exercises.items():
         earned, possible = sum(r.score for r in group), sum(r.max_score for r in group)
         failing = next((r for r in group if r.score < r.max_score), None)
-        note = f"{failing.name}: {failing.first_line}" if failing else _pass_note(name, group, possible, unchecked)
+        note = f"{failing.name}: {failing.first_line}" if failing else _pass_note(possible, unchecked.get(name, 0.0))
         lines.append(f"{name:<{width}}  {_num(earned):>5} / {_num(possible):<5}  {note}")
     earned, possible = sum(r.score for r in results), sum(r.max_score for r in results)
     lines += ["-" * (width + 50), f"{'Total':<{width}}  {_num(earned):>5} / {_num(possible):<5}"]
-    rest = sum((unchecked or {}).get(name, 0.0) for name in exercises)
+    rest = sum(unchecked.get(name, 0.0) for name in exercises)
     if rest:
         lines.append(f"Not checked here: {_num(rest)} more points from hidden tests the instructor runs "
                      f"({_num(possible + rest)} in all)")
     return "\n".join(lines)
 
 
-def _pass_note(name: str, group: list[TestResult], possible: float, unchecked: dict[str, float] | None) -> str:
-    """What a row whose tests all passed may claim."""
-    if unchecked is None and any(r.kind == "homework" for r in group):
-        return "public checks pass (the hidden tests the instructor runs give the rest of the points)"
-    rest = (unchecked or {}).get(name, 0.0)
+def _pass_note(possible: float, rest: float) -> str:
+    """What a row whose tests all passed (``possible`` points) may claim, ``rest`` points of its
+    hidden tests not run here."""
     if not rest:
         return "all tests pass"
     return (f"public checks pass ({_num(possible)} of {_num(possible + rest)} points; "
