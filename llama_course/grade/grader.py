@@ -48,7 +48,7 @@ import pytest
 
 from . import autograder, sandbox
 from .plugin import REPO, SANDBOX, graded_marker, graded_points
-from .points import PROBLEMS, Split, fmt, is_hidden, label_of, problems_for, split
+from .points import HIDDEN_FOLDER, PROBLEMS, Split, fmt, is_hidden, label_of, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
@@ -283,10 +283,16 @@ def _pass_note(possible: float, rest: float) -> str:
             f"{_num(rest)} more from hidden tests the instructor runs)")
 
 
+def runs_hidden_tests(test_dirs: list[Path]) -> bool:
+    """Whether a run of ``test_dirs`` has the hidden tests: one of them is a hidden folder (the
+    rule of points.is_hidden)."""
+    return any(d.name == HIDDEN_FOLDER for d in test_dirs)
+
+
 def unchecked_points(test_dirs: list[Path]) -> dict[str, float]:
     """{exercise label: points of its hidden tests} that a run of ``test_dirs`` cannot check: {} when
     the hidden tests are among them, else each problem's hidden part from the points table."""
-    if any(d.name == "hidden" for d in test_dirs):
+    if runs_hidden_tests(test_dirs):
         return {}
     return {label_of(ident): float(problem.hidden) for ident, problem in PROBLEMS.items() if problem.hidden}
 
@@ -412,7 +418,7 @@ def unfinished(results: list[TestResult]) -> tuple[list[TestResult], str]:
 
 
 def homework_note(results: list[TestResult], test_dirs: list[Path]) -> str:
-    if not any(r.kind == "homework" for r in results) or any(d.name == "hidden" for d in test_dirs):
+    if not any(r.kind == "homework" for r in results) or runs_hidden_tests(test_dirs):
         return ""
     return ("Homework: this run used the public checks only (no hidden tests here). Your final grade for "
             "homework comes from the hidden tests your instructor runs.")
@@ -479,7 +485,7 @@ def make_private(folder: Path, gid: int) -> None:
 
 def hidden_paths(test_dirs: list[Path]) -> list[Path]:
     """What student code must not read: the key, the hidden tests, the repository's git objects."""
-    paths = [REPO / "solutions", REPO / "tests" / "hidden", *(d for d in test_dirs if d.name == "hidden"),
+    paths = [REPO / "solutions", REPO / "tests" / HIDDEN_FOLDER, *(d for d in test_dirs if d.name == HIDDEN_FOLDER),
              REPO / "_build",                                # the instructor's built zips and site
              REPO.parent / "submission_metadata.json"]       # Gradescope: earlier submissions' results
     git = REPO / ".git"
@@ -549,7 +555,7 @@ def list_exercises(test_dirs: list[Path]) -> int:
     for error in collector.errors:
         print(f"grader error: {error}", file=sys.stderr)
     sections, splits = exercise_sections(), collector.splits
-    hidden_here = any(d.name == "hidden" for d in test_dirs)
+    hidden_here = runs_hidden_tests(test_dirs)
     print(f"{'Id':<14} {'Name':<30} {'Kind':<9} {'Section':<50} {'Points':>6} {'Public':>6}")
     for label in sorted(splits, key=_label_order):
         words = label.split(maxsplit=2)
@@ -601,7 +607,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def default_test_dirs() -> list[Path]:
-    return [d for d in (REPO / "tests" / "graded", REPO / "tests" / "hidden") if d.is_dir()]
+    return [d for d in (REPO / "tests" / "graded", REPO / "tests" / HIDDEN_FOLDER) if d.is_dir()]
 
 
 def main(argv: list[str] | None = None) -> int:
