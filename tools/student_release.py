@@ -63,6 +63,7 @@ EDITS = [
 CELL_COMMENT = ("# The repository comes from _config.yml (repository.url, repository.branch): change it there and\n"
                 "# run `make colab-cells` to rewrite this cell in every chapter.\n")
 CELL_COMMENT_RELEASE = "# The repository is your course's (_config.yml, repository.url).\n"
+CHAPTER_NOTEBOOK = r"book/ch\d\d_[^/]*\.ipynb"   # the notebooks with that cell (tools/colab_cells.py)
 GIT = ["git", "-c", "user.name=LLaMA from the Inside", "-c", "user.email=course@invalid", "-c", "commit.gpgsign=false",
        "-c", "init.defaultBranch=main"]
 MARKER = "instructor only: not in the student release"
@@ -130,20 +131,22 @@ def point_to(files: dict[str, bytes], repo: Path, url: str) -> None:
             new = re.sub(r"(?m)^(repository:\n(?:[ \t]+.*\n)*?[ \t]+branch:[ \t]*).*$", rf"\g<1>{BRANCH}", new)
         if path == "book/labs.md":
             new = re.sub(r"(?m)^(!git clone --depth 1 --branch )\S+ ", rf"\g<1>{BRANCH} ", new)
-        if path.endswith(".ipynb") and path.startswith("book/"):
-            new = _release_install_cell(new, old_branch)
+        if re.fullmatch(CHAPTER_NOTEBOOK, path):
+            new = _release_install_cell(path, new, old_branch)
         if new != text:
             files[path] = new.encode("utf-8")
 
 
-def _release_install_cell(text: str, old_branch: str) -> str:
-    """A notebook whose Colab install cell installs from the release's branch, its comment naming no
-    instructor's target."""
+def _release_install_cell(path: str, text: str, old_branch: str) -> str:
+    """A chapter notebook whose Colab install cell installs from the release's branch, its comment
+    naming no instructor's target. A cell without the comment (edited by hand) stops the release."""
     notebook = json.loads(text)
     cell = next((c for c in notebook["cells"] if c["cell_type"] == "code"), None)
     source = "".join(cell["source"]) if cell else ""
     if CELL_COMMENT not in source:
-        return text
+        raise RuntimeError(f"{path}: its first code cell is not the Colab install cell of tools/colab_cells.py "
+                           f"(no comment {CELL_COMMENT.splitlines()[0]!r}); the release would ship it naming "
+                           f"the instructor's branch and make target. Run `make colab-cells` and release again")
     source = source.replace(CELL_COMMENT, CELL_COMMENT_RELEASE)
     source = source.replace(f'BRANCH = "{old_branch}"', f'BRANCH = "{BRANCH}"')
     cell["source"] = source.splitlines(keepends=True)
@@ -208,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the https URL of the repository your students get (make student-release REPO=URL)")
     parser.add_argument("--out", type=Path, default=REPO / "dist" / "llama-course-student.tar.gz")
     parser.add_argument("--dir", type=Path, help="write the release as a folder instead of a tarball")
+    parser.add_argument("--source", type=Path, default=REPO,
+                        help="the instructor's tree to release (default: this one)")
     args = parser.parse_args(argv)
     if not args.repository:
         parser.error("say which repository your students get, e.g. make student-release "
@@ -217,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         check_repository(args.repository)
     except ValueError as error:
         parser.error(str(error))
-    where = write_tree(args.dir, args.repository) if args.dir else write_tarball(args.out, args.repository)
+    try:
+        where = (write_tree(args.dir, args.repository, args.source) if args.dir
+                 else write_tarball(args.out, args.repository, args.source))
+    except RuntimeError as error:  # a page or cell the release cannot make a student's: nothing written
+        print(f"student release not written: {error}", file=sys.stderr)
+        return 1
     print(f"wrote {where} (the students' repository for {args.repository}: no solutions/, no tests/hidden/; "
           f"git history: one commit on {BRANCH})")
     return 0

@@ -48,7 +48,7 @@ import pytest
 
 from . import autograder, sandbox
 from .plugin import REPO, SANDBOX, graded_marker, graded_points
-from .points import PROBLEMS, Split, fmt, label_of, problems_for, split
+from .points import HIDDEN_FOLDER, PROBLEMS, Split, fmt, is_hidden, label_of, problems_for, split
 
 OUTPUT_CHARS = 20_000  # of failure text per test in results.json (a sanity bound, not a layout width)
 PRINTED_CHARS = 4_000  # of the student's own printed output per test in results.json
@@ -69,7 +69,7 @@ class TestResult:
     failure: str = ""
     student_output: str = ""
     seen: set = field(default_factory=set)
-    hidden: bool = False      # from a hidden test file: feedback shows no expected value, no input
+    hidden: bool = False      # points.is_hidden: feedback shows no expected value, no input
     error_type: str = ""      # the exception's type name when the test failed by raising
 
     @property
@@ -100,7 +100,7 @@ class _Collector:
             self.splits[graded.label] = split(graded.label, problems_for(item))
             self.results[item.nodeid] = TestResult(item.nodeid.split("::", 1)[-1], graded.label,
                                                    points[item.nodeid], graded.kind, graded.depends,
-                                                   hidden=Path(str(getattr(item, "path", ""))).parent.name == "hidden")
+                                                   hidden=is_hidden(item))
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -249,43 +249,50 @@ def _by_exercise(results: list[TestResult]) -> dict[str, list[TestResult]]:
     return exercises
 
 
-def table(results: list[TestResult], unchecked: dict[str, float] | None = None) -> str:
+def table(results: list[TestResult], unchecked: dict[str, float]) -> str:
     """The per-exercise summary a student reads: one row per exercise. ``unchecked``: {exercise:
-    points of hidden tests this run did not have} ({} when it ran them all; None when it had none
-    and does not know their points): a row whose checks here all pass then says what it checked
-    and what it could not, never "all tests pass"."""
+    points of hidden tests this run did not have} (unchecked_points; {} when it ran them all): a
+    row whose checks here all pass then says what it checked and what it could not, never "all
+    tests pass"."""
+    if not isinstance(unchecked, dict):
+        raise TypeError(f"unchecked must be a dict of hidden points per exercise (unchecked_points), "
+                        f"got {type(unchecked).__name__}")
     exercises = _by_exercise(results)
     width = max([len(name) for name in exercises] + [len("Exercise")])
     lines = [f"{'Exercise':<{width}}  {'Points':>11}  First failure", "-" * (width + 50)]
     for name, group in exercises.items():
         earned, possible = sum(r.score for r in group), sum(r.max_score for r in group)
         failing = next((r for r in group if r.score < r.max_score), None)
-        note = f"{failing.name}: {failing.first_line}" if failing else _pass_note(name, group, possible, unchecked)
+        note = f"{failing.name}: {failing.first_line}" if failing else _pass_note(possible, unchecked.get(name, 0.0))
         lines.append(f"{name:<{width}}  {_num(earned):>5} / {_num(possible):<5}  {note}")
     earned, possible = sum(r.score for r in results), sum(r.max_score for r in results)
     lines += ["-" * (width + 50), f"{'Total':<{width}}  {_num(earned):>5} / {_num(possible):<5}"]
-    rest = sum((unchecked or {}).get(name, 0.0) for name in exercises)
+    rest = sum(unchecked.get(name, 0.0) for name in exercises)
     if rest:
         lines.append(f"Not checked here: {_num(rest)} more points from hidden tests the instructor runs "
                      f"({_num(possible + rest)} in all)")
     return "\n".join(lines)
 
 
-def _pass_note(name: str, group: list[TestResult], possible: float, unchecked: dict[str, float] | None) -> str:
-    """What a row whose tests all passed may claim."""
-    if unchecked is None and any(r.kind == "homework" for r in group):
-        return "public checks pass (the hidden tests the instructor runs give the rest of the points)"
-    rest = (unchecked or {}).get(name, 0.0)
+def _pass_note(possible: float, rest: float) -> str:
+    """What a row whose tests all passed (``possible`` points) may claim, ``rest`` points of its
+    hidden tests not run here."""
     if not rest:
         return "all tests pass"
     return (f"public checks pass ({_num(possible)} of {_num(possible + rest)} points; "
             f"{_num(rest)} more from hidden tests the instructor runs)")
 
 
+def runs_hidden_tests(test_dirs: list[Path]) -> bool:
+    """Whether a run of ``test_dirs`` has the hidden tests: one of them is a hidden folder (the
+    rule of points.is_hidden)."""
+    return any(d.name == HIDDEN_FOLDER for d in test_dirs)
+
+
 def unchecked_points(test_dirs: list[Path]) -> dict[str, float]:
     """{exercise label: points of its hidden tests} that a run of ``test_dirs`` cannot check: {} when
     the hidden tests are among them, else each problem's hidden part from the points table."""
-    if any(d.name == "hidden" for d in test_dirs):
+    if runs_hidden_tests(test_dirs):
         return {}
     return {label_of(ident): float(problem.hidden) for ident, problem in PROBLEMS.items() if problem.hidden}
 
@@ -411,7 +418,7 @@ def unfinished(results: list[TestResult]) -> tuple[list[TestResult], str]:
 
 
 def homework_note(results: list[TestResult], test_dirs: list[Path]) -> str:
-    if not any(r.kind == "homework" for r in results) or any(d.name == "hidden" for d in test_dirs):
+    if not any(r.kind == "homework" for r in results) or runs_hidden_tests(test_dirs):
         return ""
     return ("Homework: this run used the public checks only (no hidden tests here). Your final grade for "
             "homework comes from the hidden tests your instructor runs.")
@@ -478,7 +485,7 @@ def make_private(folder: Path, gid: int) -> None:
 
 def hidden_paths(test_dirs: list[Path]) -> list[Path]:
     """What student code must not read: the key, the hidden tests, the repository's git objects."""
-    paths = [REPO / "solutions", REPO / "tests" / "hidden", *(d for d in test_dirs if d.name == "hidden"),
+    paths = [REPO / "solutions", REPO / "tests" / HIDDEN_FOLDER, *(d for d in test_dirs if d.name == HIDDEN_FOLDER),
              REPO / "_build",                                # the instructor's built zips and site
              REPO.parent / "submission_metadata.json"]       # Gradescope: earlier submissions' results
     git = REPO / ".git"
@@ -548,7 +555,7 @@ def list_exercises(test_dirs: list[Path]) -> int:
     for error in collector.errors:
         print(f"grader error: {error}", file=sys.stderr)
     sections, splits = exercise_sections(), collector.splits
-    hidden_here = any(d.name == "hidden" for d in test_dirs)
+    hidden_here = runs_hidden_tests(test_dirs)
     print(f"{'Id':<14} {'Name':<30} {'Kind':<9} {'Section':<50} {'Points':>6} {'Public':>6}")
     for label in sorted(splits, key=_label_order):
         words = label.split(maxsplit=2)
@@ -600,7 +607,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def default_test_dirs() -> list[Path]:
-    return [d for d in (REPO / "tests" / "graded", REPO / "tests" / "hidden") if d.is_dir()]
+    return [d for d in (REPO / "tests" / "graded", REPO / "tests" / HIDDEN_FOLDER) if d.is_dir()]
 
 
 def main(argv: list[str] | None = None) -> int:

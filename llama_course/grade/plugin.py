@@ -128,14 +128,15 @@ def graded_marker(item) -> Graded | None:
     marker = item.get_closest_marker("graded")
     if marker is None:
         return None
+    if "points" in marker.kwargs:  # the marker's old keyword: the points are now the table's
+        raise pytest.UsageError(f"{item.nodeid}: graded(..., points=) is gone; write weight= (the test's share of "
+                                f"its exercise's points, which are set in llama_course/grade/points.py)")
     return _graded(*marker.args, **marker.kwargs)
 
 
-def _graded(exercise: str, weight: float = 1, kind: str = "practice", depends=(), points=None) -> Graded:
+def _graded(exercise: str, weight: float = 1, kind: str = "practice", depends=()) -> Graded:
     if kind not in KINDS:
         raise pytest.UsageError(f"graded({exercise!r}): kind must be one of {KINDS}, got {kind!r}")
-    if points is not None:  # the marker's old keyword: now a weight, the points being the table's
-        weight = points
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
         raise pytest.UsageError(f"graded({exercise!r}): weight must be a positive number, got {weight!r}")
     return Graded(exercise, float(weight), kind, tuple([depends] if isinstance(depends, str) else depends))

@@ -221,6 +221,9 @@ class PointsError(ValueError):
     """A graded test whose problem is not in the table, or whose marker disagrees with it."""
 
 
+HIDDEN_FOLDER = "hidden"   # the hidden tests' folder (tests/hidden): is_hidden and grader.runs_hidden_tests
+
+
 def is_hidden(item) -> bool:
     """Whether a test comes from a hidden test file: its function's own file is in tests/hidden
     (a suite that re-exports hidden tests elsewhere keeps them hidden)."""
@@ -230,7 +233,7 @@ def is_hidden(item) -> bool:
     except TypeError:
         source = None
     path = Path(source) if source else Path(str(getattr(item, "path", "")))
-    return path.parent.name == "hidden"
+    return path.parent.name == HIDDEN_FOLDER
 
 
 def problems_for(item) -> dict[str, Problem]:
@@ -263,6 +266,11 @@ def item_points(items, marker_of) -> dict[str, float]:
         part, test = (ident, is_hidden(item)), item.nodeid.split("[", 1)[0]
         problem = problems[ident]
         totals[part] = problem.hidden if part[1] else problem.public
+        if not totals[part]:
+            where = "hidden" if part[1] else "public"
+            raise PointsError(f"{item.nodeid}: a {where} test of {ident}, which has 0 {where} points in the points "
+                              f"table (llama_course/grade/points.py): it would be worth nothing; give {ident} "
+                              f"{where} points there or move the test")
         weights.setdefault(part, {})[test] = graded.weight
         cases.setdefault(test, []).append((item, part))
     points = {}

@@ -274,3 +274,17 @@ def test_staging_skips_a_file_past_the_size_limit_and_says_why(tmp_path, monkeyp
     assert (out / "ch01_anatomy.py").read_text() == "x = 1\n"
     assert not (out / "weights.bin").exists()
     assert "was not graded" in (out / "ch02_tokens.py").read_text()
+
+
+def test_one_rule_says_whether_a_run_has_the_hidden_tests(tmp_path):
+    """The table's 'not checked here', the homework note and --list's footer all ask one helper,
+    which uses the folder rule of points.is_hidden: they cannot disagree about a run."""
+    from llama_course.grade import grader
+    from llama_course.grade.points import HIDDEN_FOLDER
+
+    homework = [grader.TestResult("test_x", "Homework 3.B fold_norm_weights", 1.0, "homework", score=1.0)]
+    graded, hidden = tmp_path / "graded", tmp_path / HIDDEN_FOLDER
+    for dirs, has_hidden in (([graded], False), ([graded, hidden], True), ([hidden / "sub"], False)):
+        assert grader.runs_hidden_tests(dirs) is has_hidden, dirs
+        assert (grader.unchecked_points(dirs) == {}) is has_hidden, dirs
+        assert (grader.homework_note(homework, dirs) == "") is has_hidden, dirs

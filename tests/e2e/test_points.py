@@ -16,9 +16,12 @@ import textwrap
 import zipfile
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from llama_course.grade import points as course_points
+from llama_course.grade.plugin import Graded, graded_marker
 from llama_course.grade.points import PROBLEMS, TIERS, chapter_totals, fmt, kind_of, split
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,6 +175,65 @@ def test_parametrized_cases_and_devices_divide_a_problems_points(tmp_path):
         totals = per_problem(run["rows"])
         assert totals == {"Homework 96.A hw": pytest.approx(9), "Exercise 96.1 first": pytest.approx(2)}
         assert per_problem(run["rows"], hidden=False)["Homework 96.A hw"] == pytest.approx(1)
+
+
+REEXPORT = """
+import sys
+sys.path.insert(0, {hidden!r})
+from test_ch96_synthetic import POINTS, test_many, test_one  # noqa: F401  hidden tests, run from here
+"""
+
+
+@pytest.mark.slow
+def test_a_hidden_test_run_from_another_folder_stays_hidden_in_points_and_feedback(tmp_path):
+    """A suite that imports hidden test functions into a public folder: the grader's row (its
+    feedback) and its points (the hidden part of the problem) agree that each is hidden."""
+    graded, hidden = synthetic_suite(tmp_path, 2)
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "test_ch96_again.py").write_text(REEXPORT.format(hidden=str(hidden)))
+    (run,) = collect([again])
+    assert run["code"] == 0 and not run["errors"], run
+    rows = {nodeid.split("::", 1)[1]: (flag, p) for nodeid, _, flag, p in run["rows"]}
+    assert rows["test_one"] == (True, pytest.approx(8 / 5)), rows       # the hidden part's share, 8 * 1/5
+    assert [rows[f"test_many[{n}]"] for n in range(2)] == [(True, pytest.approx(8 * 4 / 5 / 2))] * 2, rows
+
+
+def fake_item(folder: str, points: dict):
+    """A collected test as item_points sees it: node id, module (its POINTS) and file."""
+    return SimpleNamespace(nodeid=f"tests/{folder}/test_ch96_x.py::test_x",
+                           path=Path(f"/course/tests/{folder}/test_ch96_x.py"), module=SimpleNamespace(POINTS=points))
+
+
+def test_a_test_of_a_part_worth_nothing_is_refused_not_silently_worth_zero():
+    """A hidden test of a problem whose points are all public (or a public test of one whose points
+    are all hidden) would earn nothing: the table and the tests disagree, and collection says so."""
+    marker = Graded("Exercise 96.1 first")
+    problem, item_points = course_points.problem, course_points.item_points
+    all_public, all_hidden = {"Exercise 96.1": problem("first", 2)}, {"Exercise 96.1": problem("first", 2, public=0)}
+    for folder, points, part in (("hidden", all_public, "hidden"), ("graded", all_hidden, "public")):
+        with pytest.raises(course_points.PointsError) as error:
+            item_points([fake_item(folder, points)], lambda item: marker)
+        message = str(error.value)
+        assert f"tests/{folder}/test_ch96_x.py::test_x" in message and "Exercise 96.1" in message, message
+        assert f"0 {part} points" in message, message
+    # the same tests where the table gives their part points: worth all of it
+    assert item_points([fake_item("hidden", all_hidden)], lambda item: marker) == {
+        "tests/hidden/test_ch96_x.py::test_x": 2.0}
+
+
+def test_the_old_points_argument_of_a_marker_is_refused_not_read_as_a_weight():
+    """graded(..., points=3) once gave a test 3 points; the points are now the table's, and reading
+    the old argument as a weight would change the shares silently: collection stops and says so."""
+    old = SimpleNamespace(nodeid="tests/graded/test_ch04_attention.py::test_x",
+                          get_closest_marker=lambda name: pytest.mark.graded("Exercise 4.1 softmax", points=3).mark)
+    with pytest.raises(pytest.UsageError) as error:
+        graded_marker(old)
+    message = str(error.value)
+    assert "tests/graded/test_ch04_attention.py::test_x" in message and "weight=" in message, message
+    new = SimpleNamespace(nodeid=old.nodeid,
+                          get_closest_marker=lambda name: pytest.mark.graded("Exercise 4.1 softmax", weight=3).mark)
+    assert graded_marker(new) == Graded("Exercise 4.1 softmax", 3.0)
 
 
 @pytest.mark.slow

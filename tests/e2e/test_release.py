@@ -213,7 +213,7 @@ def interleave(a, b):
 FAKE_PUBLIC = '''import pytest
 
 
-@pytest.mark.graded("Homework 99.A interleave", points=1, kind="homework")
+@pytest.mark.graded("Homework 99.A interleave", weight=1, kind="homework")
 def test_interleave_worked_example(impl):
     assert impl.interleave([1], [2]) == [1, 2]
 '''
@@ -222,7 +222,7 @@ FAKE_HIDDEN = '''import pytest
 PACKAGE_MODULES = ["llama_course", "llama_course.weave"]
 
 
-@pytest.mark.graded("Homework 99.A interleave", points=3, kind="homework")
+@pytest.mark.graded("Homework 99.A interleave", weight=3, kind="homework")
 def test_interleave_hidden(impl):
     assert impl.interleave([1, 3, 5], [2, 4, 6]) == [1, 2, 3, 4, 5, 6]
 '''
@@ -332,6 +332,30 @@ def test_the_release_needs_the_students_repository(tmp_path, capsys):
     assert not (tmp_path / "r.tar.gz").exists()
     with pytest.raises(TypeError, match="repository"):
         student_release.check_repository(None)
+
+
+
+def test_a_chapter_notebook_whose_install_cell_is_not_recognised_stops_the_release(fake_instructor_tree, tmp_path,
+                                                                                    capsys):
+    """A chapter notebook's Colab install cell that lacks the comment the release rewrites (an edited
+    cell) would ship naming the instructor's target and branch: the release is not written, and the
+    error names the notebook."""
+    repo = fake_instructor_tree
+    shutil.copy(REPO / "_config.yml", repo / "_config.yml")
+    notebook = json.loads((REPO / "book" / "ch04_attention.ipynb").read_text())
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "code")
+    source = "".join(cell["source"])
+    assert student_release.CELL_COMMENT in source
+    cell["source"] = source.replace(student_release.CELL_COMMENT, "# Install the course.\n").splitlines(True)
+    (repo / "book").mkdir()
+    (repo / "book" / "ch04_attention.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+    out = tmp_path / "release.tar.gz"
+    with pytest.raises(RuntimeError, match=r"book/ch04_attention\.ipynb.*install cell"):
+        student_release.write_tarball(out, STUDENTS, repo)
+    assert not out.exists()
+    # the command says so and fails, no traceback
+    assert student_release.main(["--repository", STUDENTS, "--out", str(out), "--source", str(repo)]) == 1
+    assert "book/ch04_attention.ipynb" in capsys.readouterr().err and not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------
