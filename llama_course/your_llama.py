@@ -56,6 +56,7 @@ PIECES = {
     "GQA": ("ch09_gqa", ("repeat_kv", "gqa_attention")),
 }
 NAMES = {name: piece for piece, (_, names) in PIECES.items() for name in names}
+REFUSED = "NOT YOURS"   # how a piece that is not the student's own function is reported
 
 
 @dataclass
@@ -76,12 +77,20 @@ class Pieces:
             raise LookupError(f"the {piece} piece is missing: {self.missing.get(piece, name + ' not loaded')}")
         raise AttributeError(name)
 
+    def refuse(self, piece: str, why: str) -> None:
+        """Take ``piece`` out (it is not the student's own work): what uses it from now on fails with ``why``."""
+        self.missing[piece] = f"{REFUSED}: {why}"
+        for name in PIECES[piece][1]:
+            self.functions.pop(name, None)
+        wire(self)
+
     def served_by(self) -> dict[str, str]:
-        """{piece: "file: name, name"} for the pieces loaded."""
+        """{piece: "file: name, name"} for the pieces loaded (each defined in that file)."""
         out = {}
         for piece, (_, names) in PIECES.items():
             if piece in self.missing:
-                out[piece] = f"MISSING: {self.missing[piece]}"
+                why = self.missing[piece]
+                out[piece] = why if why.startswith(REFUSED) else f"MISSING: {why}"
             else:
                 out[piece] = f"{self.source[names[0]]}: {', '.join(names)}"
         return out
@@ -99,20 +108,22 @@ def load_module(path: Path) -> types.ModuleType:
     return module
 
 
-def load_pieces(folder, label: str | None = None) -> Pieces:
+def load_pieces(folder, label: str | None = None, refused: dict | None = None) -> Pieces:
     """Every piece from the chNN_*.py files in ``folder``, wired to each other (see the module's
-    docstring). A piece whose file or function is missing, or whose file fails to import, is
-    recorded in ``.missing`` (never replaced by the package's)."""
+    docstring). A piece whose file or function is missing, whose file fails to import, or whose
+    function is not defined in that file (the package's, imported under the piece's name) is
+    recorded in ``.missing`` (never replaced by the package's). ``refused``: {file stem: why}
+    for files not to import at all (the grader's rules refused them)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
     label = label or folder.name
     folder = folder.resolve()  # absolute file names in the code: the capstone's call watcher reads them
-    pieces, loaded = Pieces(), {}
+    pieces, loaded, refused = Pieces(), {}, refused or {}
     for piece, (stem, names) in PIECES.items():
         path = folder / f"{stem}.py"
         if stem not in loaded:
-            loaded[stem] = _load(path)
+            loaded[stem] = f"{REFUSED}: {refused[stem]}" if stem in refused else _load(path)
         module = loaded[stem]
         if isinstance(module, str):
             pieces.missing[piece] = module
@@ -121,11 +132,28 @@ def load_pieces(folder, label: str | None = None) -> Pieces:
         if absent:
             pieces.missing[piece] = f"{label}/{stem}.py has no {', '.join(absent)}"
             continue
+        foreign = [f"{n} is {_where(getattr(module, n))}" for n in names if not _defined_in(getattr(module, n), path)]
+        if foreign:
+            pieces.missing[piece] = f"{REFUSED}: in {label}/{stem}.py, {'; '.join(foreign)}"
+            continue
         for name in names:
             pieces.functions[name] = getattr(module, name)
             pieces.source[name] = f"{label}/{stem}.py"
     pieces.modules = [m for m in loaded.values() if not isinstance(m, str)]
     return wire(pieces)
+
+
+def _defined_in(value, path: Path) -> bool:
+    """Whether the function or class ``value`` is written in the file ``path``."""
+    code = getattr(value, "__code__", None)
+    if code is None and isinstance(value, type):
+        methods = [m for m in vars(value).values() if hasattr(m, "__code__")]
+        code = methods[0].__code__ if methods else None
+    return code is not None and Path(code.co_filename).resolve() == path.resolve()
+
+
+def _where(value) -> str:
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
 
 
 def _load(path: Path):
@@ -159,11 +187,17 @@ def wire(pieces: Pieces) -> Pieces:
     (rope_cos_sin) at one made from the chosen rope_inv_freq."""
     for module in pieces.modules:
         for name in NAMES:
-            if name in vars(module) and name in pieces.functions:
-                setattr(module, name, pieces.functions[name])
+            if name in vars(module):  # a missing piece's name raises: never the package's or another mix's
+                setattr(module, name, pieces.functions.get(name) or _missing(pieces, name))
         if "rope_cos_sin" in vars(module):
             module.rope_cos_sin = _cos_sin_from(pieces)
     return pieces
+
+
+def _missing(pieces: Pieces, name: str):
+    def missing(*args, **kwargs):
+        return getattr(pieces, name)  # raises LookupError: the piece is missing, and why
+    return missing
 
 
 def _cos_sin_from(pieces: Pieces):

@@ -26,11 +26,16 @@ A failing part names the first of the student's pieces that disagrees: starting 
 (the instructor's key, solutions/, when this copy has it; else the package's functions for the
 pieces it has), the student's pieces go in one at a time and the part's check is re-run.
 
-The rule of the grader applies to the whole: while the assembled model runs, a call watcher records
-any call from the student's files into the package's answering modules (attention, norm, rope,
-ffn, model, kv_cache, generate, gqa, loss, embedding, tokenizer); one such call costs the part its
-points. Unlike the chapter grader, the capstone runs the student's code in this process (it is a
-self-check and an instructor's tool, not yet a sandboxed Gradescope assignment).
+The rule of the grader applies to the whole, every part and check (the tokenizer and the training
+of part (c) included): before any file is imported, the grader's import rule (rules.file_problems)
+is read on each piece file, and a file that breaks it gives no piece; a piece whose function is
+not defined in the student's file (the package's, imported under its name) is NOT YOURS and
+gives nothing; and while every check runs, a call watcher records any call from the student's
+files into the package's answering modules (attention, norm, rope, ffn, model, kv_cache,
+generate, gqa, loss, embedding, tokenizer); one such call costs the check its points, and
+every later check that uses the calling piece (the part's messages say which). Unlike the chapter
+grader, the capstone runs the student's code in this process (it is a self-check and an
+instructor's tool, not yet a sandboxed Gradescope assignment).
 """
 
 from __future__ import annotations
@@ -164,14 +169,23 @@ class Watcher:
         caller = frame.f_back
         if name and caller is not None and caller.f_code.co_filename.startswith(self.folder):
             where = f"{Path(caller.f_code.co_filename).name} line {caller.f_lineno}"
-            if (name, where) not in self.seen:
-                self.seen.append((name, where))
+            if (name, where) not in [s[:2] for s in self.seen]:
+                self.seen.append((name, where, Path(caller.f_code.co_filename).stem, caller.f_code.co_name))
+
+    def pieces(self) -> list[str]:
+        """The pieces whose functions made the calls seen: the caller's piece, else every piece of its file."""
+        out = []
+        for _, _, stem, function in self.seen:
+            found = [yl.NAMES[function]] if function in yl.NAMES else [
+                piece for piece, (file, _) in yl.PIECES.items() if file == stem]
+            out += [piece for piece in found if piece not in out]
+        return out
 
     def problem(self) -> str:
         if not self.seen:
             return ""
         return ("no points: your files called the package's " +
-                "; ".join(f"{name} ({where})" for name, where in self.seen[:3]) +
+                "; ".join(f"{name} ({where})" for name, where, *_ in self.seen[:3]) +
                 ". Every piece of the capstone must be your own function.")
 
 
@@ -186,6 +200,20 @@ def _codes(name, value, module_name):
                 yield f"{name}.{attr}", code
     elif getattr(value, "__code__", None) is not None:
         yield name, value.__code__
+
+
+def rule_problems(folder: Path) -> dict[str, str]:
+    """{file stem: why} for the piece files that break the grader's import rule (rules.file_problems,
+    read before any of them is imported): their pieces score nothing."""
+    from llama_course.grade import rules
+
+    out = {}
+    for stem in dict.fromkeys(stem for stem, _ in yl.PIECES.values()):
+        path = Path(folder) / f"{stem}.py"
+        problems = rules.file_problems(path) if path.is_file() else []
+        if problems:
+            out[stem] = rules.message(path.name, problems)
+    return out
 
 
 # ------------------------------------------------------------------------------ references
@@ -290,7 +318,7 @@ def hf_model(n_kv_heads: int, tie: bool, seed: int):
 class Capstone:
     def __init__(self, folder: Path, sizes: Sizes, out=print):
         self.folder, self.sizes, self.out = folder, sizes, out
-        self.student = yl.load_pieces(folder)
+        self.student = yl.load_pieces(folder, refused=rule_problems(folder))
         self.reference = reference_pieces()
         self.trained = None   # (model, tokenizer) from part (c)
         self.curves = {}
@@ -302,18 +330,18 @@ class Capstone:
             self._hf[key] = hf_model(n_kv_heads, tie, seed)
         return self._hf[key]
 
-    def run_check(self, part: Part, check: Check, fn, order=ORDER, localise_with=None, unwatched=None):
-        """Run ``fn(student pieces)`` under the watcher (then ``unwatched``, if any, without it: long
-        training); on failure name the first disagreeing piece."""
+    def run_check(self, part: Part, check: Check, fn, order=ORDER, localise_with=None):
+        """Run ``fn(student pieces)`` under the call watcher (every check, training included); on
+        failure name the first disagreeing piece."""
         watcher = Watcher(self.folder)
         try:
             with watcher:
                 fn(yl.wire(self.student))
             problem = watcher.problem()
             if problem:
+                for piece in watcher.pieces():  # and every later check that uses these pieces
+                    self.student.refuse(piece, problem)
                 raise CheckFailed(problem)
-            if unwatched is not None:
-                unwatched(yl.wire(self.student))
             check.score = check.points
             check.message = "passed"
         except Exception as error:
@@ -520,20 +548,11 @@ class Capstone:
         train_text, val_text = self.corpus()
         store = {}
         tok_check, _ = self.tokenizer_check(train_text, val_text, store)
-        check = Check("tokenizer: merges, encode and decode", 10)
-        started = time.perf_counter()
-        try:  # no watcher here: the profile hook would slow training the tokenizer many times over
-            tok_check(yl.wire(self.student))
-            check.score, check.message = check.points, f"passed ({time.perf_counter() - started:.0f} s)"
-        except Exception as error:
-            check.message = _describe(error)
-            part.culprit = "tokenizer"
-        part.checks.append(check)
+        self.run_check(part, Check("tokenizer: merges, encode and decode", 10), tok_check, ("tokenizer",))
         train_check, proxy = self.training_check(train_text, val_text, store)
         order = ("tokenizer", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "block", "model")
         self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 20),
-                       proxy, order, localise_with=proxy,
-                       unwatched=train_check)
+                       train_check, order, localise_with=proxy)
         self.trained = (store.get("model"), store.get("tokenizer"))
         return part
 

@@ -127,3 +127,46 @@ def test_the_release_leaves_out_this_key_reading_test():
     assert student_release.instructor_only("tests/e2e/test_capstone.py", REPO)
     assert not student_release.instructor_only("llama_course/grade/capstone.py", REPO)
     assert "BEGIN SOLUTION" not in (REPO / "llama_course" / "grade" / "capstone.py").read_text()
+
+
+# -- the grader's rule on every part (part (c)'s tokenizer and training included) ------------------------------
+
+
+def test_a_package_piece_under_the_students_name_scores_zero(tmp_path):
+    """ch02_tokens.py that hands in the package's train_bpe as its own (an import, no def)."""
+    folder = key_copy(tmp_path)
+    path = folder / "ch02_tokens.py"
+    path.write_text(path.read_text() + "\nfrom llama_course.tokenizer.bpe import train_bpe  # noqa\n")
+    lines = []
+    (part,) = grade(folder, "c", QUICK, out=lines.append)
+    text = "\n".join(lines)
+    assert part.score == 0, text
+    assert "llama_course.tokenizer.bpe.train_bpe" in part.checks[0].message, text
+    assert "tokenizer  NOT YOURS" in text
+
+
+def test_calling_the_package_tokenizer_costs_part_c(tmp_path):
+    folder = key_copy(tmp_path)
+    plant(folder, "ch02_tokens.py", "    return BPETokenizer(vocab, merges, special_tokens, pattern)\n",
+          "    return BPETokenizer(vocab, merges, special_tokens, pattern)\n\n\n"
+          "def _unused():\n    pass\n")
+    plant(folder, "ch02_tokens.py", "def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) "
+          "-> BPETokenizer:\n", "def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) "
+          "-> BPETokenizer:\n    import llama_course.tokenizer.bpe as b\n"
+          "    return b.train_bpe(text, vocab_size, special_tokens, pattern)\n")
+    lines = []
+    (part,) = grade(folder, "c", QUICK, out=lines.append)
+    text = "\n".join(lines)
+    assert part.score == 0, text
+    assert all("llama_course.tokenizer.bpe.train_bpe (ch02_tokens.py line" in c.message for c in part.checks), text
+
+
+def test_a_file_that_breaks_the_import_rule_costs_its_pieces(tmp_path):
+    folder = key_copy(tmp_path)
+    path = folder / "ch06_ffn.py"
+    path.write_text("import transformers  # noqa\n" + path.read_text())
+    lines = []
+    parts = grade(folder, "ab", QUICK, out=lines.append)
+    text = "\n".join(lines)
+    assert sum(p.score for p in parts) == 0, text
+    assert "no points for anything in ch06_ffn.py" in text and "imports transformers" in text
