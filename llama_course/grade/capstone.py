@@ -483,65 +483,75 @@ class Capstone:
                  for n, t in model.state_dict().items()}
         return model, state
 
-    def training_check(self, train_text, val_text, store):
+    def package_run(self, train_text, val_text):
+        """The package's tokenizer and Llama trained by the Chapter 11 loop: (config, initial weights,
+        its history). Both models start from these weights and see the same batches."""
         from llama_course.loss import next_token_loss
         from llama_course.tokenizer.bpe import train_bpe
 
-        reference_tok = train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
-        config = self.small_config(len(reference_tok.vocab))
-        ref_train = torch.tensor(reference_tok.encode(train_text))
-        ref_val = torch.tensor(reference_tok.encode(val_text))
+        device = self.sizes.device
+        tokenizer = train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
+        config = self.small_config(len(tokenizer.vocab))
         package, init = self.package_model(config)
-        package.to(self.sizes.device)
+        train_ids, val_ids = (torch.tensor(tokenizer.encode(text)).to(device) for text in (train_text, val_text))
+        history = self.train(package.to(device), next_token_loss, train_ids, val_ids)
+        self.curves["package"] = history
+        return config, init, history
+
+    def training_check(self, train_text, val_text, store):
+        """The check of part (c)'s 20 points: your tokenizer, loss and model trained as the package's
+        was; the validation losses within MARGIN."""
         started = time.perf_counter()
-        ref_history = self.train(package, next_token_loss, ref_train.to(self.sizes.device),
-                                 ref_val.to(self.sizes.device))
-        self.curves["package"] = ref_history
+        config, init, reference = self.package_run(train_text, val_text)
 
         def check(P):
-            tok = store.get("tokenizer") or P.train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
-            train_ids = torch.tensor(P.encode(train_text, tok.vocab, tok.merges, SPECIAL))
-            val_ids = torch.tensor(P.encode(val_text, tok.vocab, tok.merges, SPECIAL))
-            if len(tok.vocab) != config.vocab_size:
-                raise CheckFailed(f"your tokenizer has {len(tok.vocab)} tokens, the package's {config.vocab_size}")
-            model = yl.YourLlama(config, P, init).to(self.sizes.device)
-            history = self.train(model, P.next_token_loss, train_ids.to(self.sizes.device),
-                                 val_ids.to(self.sizes.device))
-            self.curves["yours"] = history
-            store["model"] = model
-            gap = history["val_loss"] - ref_history["val_loss"]
+            history = self.train_yours(P, config, init, train_text, val_text, store)
+            gap = history["val_loss"] - reference["val_loss"]
             self.out(f"    validation loss: yours {history['val_loss']:.4f}, the package's "
-                     f"{ref_history['val_loss']:.4f} (difference {gap:+.4f}; margin {MARGIN}); "
+                     f"{reference['val_loss']:.4f} (difference {gap:+.4f}; margin {MARGIN}); "
                      f"{self.sizes.steps} steps each, {time.perf_counter() - started:.0f} s for both")
             if not math.isfinite(history["val_loss"]) or abs(gap) > MARGIN:
                 raise CheckFailed(f"validation loss {history['val_loss']:.4f} is not within {MARGIN} of the "
-                                  f"package's {ref_history['val_loss']:.4f} (same initial weights, batches "
+                                  f"package's {reference['val_loss']:.4f} (same initial weights, batches "
                                   f"and budget)")
+        return check
 
-        def proxy(P):  # run under the watcher, and to name the piece: a little tokenizer training and
-            # three AdamW steps on one fixed batch, against the package's tokenizer and model
-            sample = train_text[:3000]
+    def train_yours(self, P, config, init, train_text, val_text, store) -> dict:
+        """Your tokenizer's ids, your model from the package's initial weights, the same loop: its history."""
+        device = self.sizes.device
+        tok = store.get("tokenizer") or P.train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
+        if len(tok.vocab) != config.vocab_size:
+            raise CheckFailed(f"your tokenizer has {len(tok.vocab)} tokens, the package's {config.vocab_size}")
+        train_ids, val_ids = (torch.tensor(P.encode(text, tok.vocab, tok.merges, SPECIAL)).to(device)
+                              for text in (train_text, val_text))
+        model = yl.YourLlama(config, P, init).to(device)
+        history = self.train(model, P.next_token_loss, train_ids, val_ids)
+        self.curves["yours"] = history
+        store["model"] = model
+        return history
+
+    def training_proxy(self, train_text):
+        """A quick stand-in for the training check, to name the piece: a little tokenizer training
+        and three AdamW steps on one fixed batch, against the package's tokenizer and model."""
+        from llama_course.loss import next_token_loss
+        from llama_course.tokenizer.bpe import train_bpe
+
+        sample = train_text[:3000]
+        reference = train_bpe(sample, 272, SPECIAL)
+        config = self.small_config(len(reference.vocab))
+        package, init = self.package_model(config, seed=1)
+        x = torch.tensor(reference.encode(sample)[:4 * 17]).view(4, 17)                       # (4, 17)
+        expected = adam_losses(package, next_token_loss, x, steps=3)
+
+        def proxy(P):
             tok = P.train_bpe(sample, 272, SPECIAL)
             ids = list(P.encode(sample, tok.vocab, tok.merges, SPECIAL))
-            ref = train_bpe(sample, 272, SPECIAL)
-            if ids != ref.encode(sample) or P.decode(ids, tok.vocab) != sample:
+            if ids != reference.encode(sample) or P.decode(ids, tok.vocab) != sample:
                 raise CheckFailed("tokenizer")
-            ids = torch.tensor(ids)
-            small = self.small_config(len(ref.vocab))
-            package_small, init_small = self.package_model(small, seed=1)
-            mine = yl.YourLlama(small, P, init_small)
-            x = ids[:4 * 17].view(4, 17)
-            opt_a = torch.optim.AdamW(package_small.parameters(), lr=1e-2)
-            opt_b = torch.optim.AdamW(mine.parameters(), lr=1e-2)
-            for _ in range(3):
-                for model, opt, loss_fn in ((package_small, opt_a, next_token_loss), (mine, opt_b, P.next_token_loss)):
-                    opt.zero_grad()
-                    loss = loss_fn(model(x), x)
-                    loss.backward()
-                    opt.step()
-                    model.last = loss.detach()
-                close(mine.last, package_small.last, "training loss")
-        return check, proxy
+            mine = yl.YourLlama(config, P, init)
+            close(torch.stack(adam_losses(mine, P.next_token_loss, x, steps=3)), torch.stack(expected),
+                  "training losses")
+        return proxy
 
     def part_c(self) -> Part:
         part = Part("c", "training with your tokenizer, loss and model")
@@ -549,65 +559,83 @@ class Capstone:
         store = {}
         tok_check, _ = self.tokenizer_check(train_text, val_text, store)
         self.run_check(part, Check("tokenizer: merges, encode and decode", 10), tok_check, ("tokenizer",))
-        train_check, proxy = self.training_check(train_text, val_text, store)
         order = ("tokenizer", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "block", "model")
         self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 20),
-                       train_check, order, localise_with=proxy)
+                       self.training_check(train_text, val_text, store), order,
+                       localise_with=self.training_proxy(train_text))
         self.trained = (store.get("model"), store.get("tokenizer"))
         return part
 
     # (d) ------------------------------------------------------------------------------------
-    def part_d(self) -> Part:
+    def sampling_check(self, state: dict):
+        """The check of part (d)'s 10 points: your sampler through your KV cache, token by token
+        against the package's nucleus of your full-forward logits (same generator); ``state`` gets
+        the tokens and the tokenizer."""
         from llama_course.attention import softmax
         from llama_course.generate import top_p_filter
-        from llama_course.tokenizer import BPETokenizer
-
-        part = Part("d", "text from your sampler")
-        model, tok = self.trained or (None, None)
-        state = {}
-
-        def setup(P):
-            nonlocal model, tok
-            if tok is None:
-                train_text, _ = self.corpus()
-                tok = P.train_bpe(train_text[:20_000], 300, SPECIAL)
-            if model is None:
-                config = self.small_config(len(tok.vocab))
-                model = yl.YourLlama(config, P, self.package_model(config, seed=3)[1])
-            return model, tok
 
         def sampling(P):
-            m, t = setup(P)
-            m.pieces = P
-            prompt = torch.tensor([P.encode("Title: The", t.vocab, t.merges, SPECIAL)])
-            tokens = yl.sample_tokens(m, prompt, self.sizes.new_tokens, temperature=0.8, top_p=0.9, seed=0)
+            model, tok = self.sampling_model(P)
+            prompt = torch.tensor([P.encode("Title: The", tok.vocab, tok.merges, SPECIAL)])           # (1, T)
+            tokens = yl.sample_tokens(model, prompt, self.sizes.new_tokens, temperature=0.8, top_p=0.9, seed=0)
             generator = torch.Generator().manual_seed(0)
             with torch.no_grad():
                 for i in range(prompt.shape[1], tokens.shape[1]):
-                    logits = m(tokens[:, :i])[:, -1].float() / 0.8
+                    logits = model(tokens[:, :i])[:, -1].float() / 0.8                                  # (1, V)
                     expected = torch.multinomial(softmax(top_p_filter(logits, 0.9), dim=-1), 1, generator=generator)
                     if int(tokens[0, i]) != int(expected[0, 0]):
                         raise CheckFailed(f"sampled token {i - prompt.shape[1]} is {int(tokens[0, i])}; the "
                                           f"package's nucleus of your logits with the same generator gives "
                                           f"{int(expected[0, 0])}")
-            state["tokens"], state["tok"] = tokens, t
+            state["tokens"], state["tok"] = tokens, tok
+        return sampling
+
+    def sampling_model(self, P):
+        """Part (c)'s trained model and tokenizer, now wired to ``P``; without them (part (c) not run or
+        failed), a small tokenizer of P's and a model of P's pieces from seeded package weights."""
+        model, tok = self.trained or (None, None)
+        if tok is None:
+            tok = P.train_bpe(self.corpus()[0][:20_000], 300, SPECIAL)
+        if model is None:
+            config = self.small_config(len(tok.vocab))
+            model = yl.YourLlama(config, P, self.package_model(config, seed=3)[1])
+        model.pieces = P
+        return model, tok
+
+    def part_d(self) -> Part:
+        from llama_course.tokenizer import BPETokenizer
+
+        part, state = Part("d", "text from your sampler"), {}
 
         def decoding(P):
             if "tokens" not in state:
                 raise CheckFailed("no sampled text to decode (the sampling check failed)")
-            ids, t = state["tokens"][0].tolist(), state["tok"]
-            text = P.decode(ids, t.vocab)
-            if text != BPETokenizer(t.vocab, t.merges, SPECIAL).decode(ids):
+            ids, tok = state["tokens"][0].tolist(), state["tok"]
+            text = P.decode(ids, tok.vocab)
+            if text != BPETokenizer(tok.vocab, tok.merges, SPECIAL).decode(ids):
                 raise CheckFailed("your decode of the sampled ids differs from the package's")
             state["text"] = text
 
         order = ("sampling", "attention", "KV cache", "GQA", "embedding", "RMSNorm", "RoPE", "SwiGLU", "block",
                  "model", "tokenizer")
-        self.run_check(part, Check("sampled tokens (top_p 0.9, temperature 0.8)", 10), sampling, order)
+        self.run_check(part, Check("sampled tokens (top_p 0.9, temperature 0.8)", 10), self.sampling_check(state),
+                       order)
         self.run_check(part, Check("decode of the sampled text", 5), decoding, ("tokenizer",))
         if "text" in state:
             part.notes.append("your LLaMA writes: " + repr(state["text"]))
         return part
+
+
+def adam_losses(model, loss_fn, x: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The training loss before each of ``steps`` AdamW steps (lr 1e-2) on the one batch ``x``."""
+    optimizer, losses = torch.optim.AdamW(model.parameters(), lr=1e-2), []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), x)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return losses
 
 
 def _describe(error: Exception) -> str:
@@ -623,8 +651,24 @@ def _describe(error: Exception) -> str:
 # ------------------------------------------------------------------------------ command
 
 
-def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) -> list[Part]:
-    """Run the capstone's parts on the exercise files in ``folder``; print and return the results."""
+@dataclass
+class Graded:
+    """What a capstone run returns: its parts, in order, and part (c)'s training curves {name: history}."""
+
+    parts: list
+    curves: dict
+
+    @property
+    def score(self) -> float:
+        return sum(p.score for p in self.parts)
+
+    @property
+    def points(self) -> float:
+        return sum(p.points for p in self.parts)
+
+
+def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) -> Graded:
+    """Run the capstone's parts on the exercise files in ``folder``; print them and return them."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
@@ -643,11 +687,9 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) ->
             part = getattr(capstone, f"part_{key}")()
             results.append(part)
             _print_part(part, out)
-    total, points = sum(p.score for p in results), sum(p.points for p in results)
-    out(f"capstone: {total:g} / {points:g} points")
-    capstone.results = results
-    grade.last = capstone
-    return results
+    graded = Graded(results, capstone.curves)
+    out(f"capstone: {graded.score:g} / {graded.points:g} points")
+    return graded
 
 
 def _wrapping(out, width: int = 78):
@@ -681,13 +723,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sizes = Sizes(**{**vars(QUICK if args.quick else Sizes()), "device": args.device})
     try:
-        results = grade(args.folder, args.parts, sizes)
+        graded = grade(args.folder, args.parts, sizes)
     except ValueError as error:
         parser.error(str(error))
     if args.json:
-        args.json.write_text(json.dumps({"score": sum(p.score for p in results), "parts": [
+        args.json.write_text(json.dumps({"score": graded.score, "parts": [
             {"part": p.key, "title": p.title, "score": p.score, "max_score": p.points, "culprit": p.culprit,
-             "checks": [vars(c) for c in p.checks], "notes": p.notes} for p in results]}, indent=1))
-    if args.plot and grade.last.curves:
-        yl.plot_curves(grade.last.curves, args.plot)
-    return 0 if all(p.score == p.points for p in results) else 1
+             "checks": [vars(c) for c in p.checks], "notes": p.notes} for p in graded.parts]}, indent=1))
+    if args.plot and graded.curves:
+        yl.plot_curves(graded.curves, args.plot)
+    return 0 if graded.score == graded.points else 1

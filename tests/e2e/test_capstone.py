@@ -41,7 +41,7 @@ def scores(parts) -> dict:
 
 def test_the_key_gets_full_marks(tmp_path):
     lines = []
-    parts = grade(key_copy(tmp_path), "abcd", QUICK, out=lines.append)
+    parts = grade(key_copy(tmp_path), "abcd", QUICK, out=lines.append).parts
     assert scores(parts) == {"a": (30, 30), "b": (25, 25), "c": (30, 30), "d": (15, 15)}, "\n".join(lines)
     assert not any(p.culprit for p in parts)
     served = [line for line in lines if line.startswith("  ") and ".py: " in line]
@@ -52,7 +52,7 @@ def test_the_stubs_score_zero_and_name_a_piece(tmp_path):
     folder = tmp_path / "exercises"
     shutil.copytree(REPO / "exercises", folder)
     lines = []
-    parts = grade(folder, "abcd", QUICK, out=lines.append)
+    parts = grade(folder, "abcd", QUICK, out=lines.append).parts
     assert sum(p.score for p in parts) == 0, "\n".join(lines)
     assert all(p.culprit and not p.culprit.startswith("(") for p in parts), [p.culprit for p in parts]
     assert any("not implemented yet" in c.message for p in parts for c in p.checks)
@@ -67,7 +67,7 @@ def test_a_planted_bug_is_named(tmp_path, bug, piece):
     folder = key_copy(tmp_path)
     plant(folder, *bug)
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
     assert part.score == 0 and part.culprit == piece, "\n".join(lines)
     assert f"the first of your pieces to disagree: {piece}" in "\n".join(lines)
 
@@ -81,7 +81,7 @@ def test_without_the_key_the_package_names_the_piece(tmp_path, monkeypatch):
     folder = key_copy(tmp_path)
     plant(folder, "ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)")
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
     assert part.score == 0 and part.culprit == "attention", "\n".join(lines)
 
 
@@ -89,7 +89,7 @@ def test_a_missing_piece_is_reported_not_replaced(tmp_path):
     folder = key_copy(tmp_path)
     (folder / "ch09_gqa.py").unlink()
     lines = []
-    (part,) = grade(folder, "b", QUICK, out=lines.append)
+    (part,) = grade(folder, "b", QUICK, out=lines.append).parts
     text = "\n".join(lines)
     assert "GQA        MISSING: student/ch09_gqa.py does not exist" in text
     assert part.checks[0].score == 0 and part.culprit == "GQA", text
@@ -104,7 +104,7 @@ def test_calling_the_package_answer_costs_the_points(tmp_path, monkeypatch, rela
         monkeypatch.chdir(tmp_path)
         folder = Path(folder.name)
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
     assert part.score == 0, "\n".join(lines)
     assert "llama_course.norm.rms_norm (ch03_norm.py line" in part.checks[0].message
 
@@ -138,7 +138,7 @@ def test_a_package_piece_under_the_students_name_scores_zero(tmp_path):
     path = folder / "ch02_tokens.py"
     path.write_text(path.read_text() + "\nfrom llama_course.tokenizer.bpe import train_bpe  # noqa\n")
     lines = []
-    (part,) = grade(folder, "c", QUICK, out=lines.append)
+    (part,) = grade(folder, "c", QUICK, out=lines.append).parts
     text = "\n".join(lines)
     assert part.score == 0, text
     assert "llama_course.tokenizer.bpe.train_bpe" in part.checks[0].message, text
@@ -155,7 +155,7 @@ def test_calling_the_package_tokenizer_costs_part_c(tmp_path):
           "-> BPETokenizer:\n    import llama_course.tokenizer.bpe as b\n"
           "    return b.train_bpe(text, vocab_size, special_tokens, pattern)\n")
     lines = []
-    (part,) = grade(folder, "c", QUICK, out=lines.append)
+    (part,) = grade(folder, "c", QUICK, out=lines.append).parts
     text = "\n".join(lines)
     assert part.score == 0, text
     assert all("llama_course.tokenizer.bpe.train_bpe (ch02_tokens.py line" in c.message for c in part.checks), text
@@ -166,7 +166,8 @@ def test_a_file_that_breaks_the_import_rule_costs_its_pieces(tmp_path):
     path = folder / "ch06_ffn.py"
     path.write_text("import transformers  # noqa\n" + path.read_text())
     lines = []
-    parts = grade(folder, "ab", QUICK, out=lines.append)
+    parts = grade(folder, "ab", QUICK, out=lines.append).parts
     text = "\n".join(lines)
     assert sum(p.score for p in parts) == 0, text
     assert "no points for anything in ch06_ffn.py" in text and "imports transformers" in text
+

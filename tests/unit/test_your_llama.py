@@ -78,3 +78,19 @@ def test_draw_next_and_sample_tokens_check_their_arguments():
     with pytest.raises(TypeError, match="model"):
         yl.sample_tokens(object(), torch.zeros(1, 3, dtype=torch.long), 2)
 
+
+def test_capstone_functions_are_short_and_grade_returns_its_curves():
+    """Teaching-module rule: no function over ~50 lines (training_check was 70); grade() hands back
+    part (c)'s curves in its return value, not on a function attribute (grade.last)."""
+    import ast
+    import inspect
+
+    from llama_course.grade import capstone
+
+    tree = ast.parse(inspect.getsource(capstone))
+    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 50]
+    assert not long, long
+    assert "grade.last" not in inspect.getsource(capstone)
+    assert inspect.signature(capstone.grade).return_annotation == "Graded"
+    assert {"parts", "curves"} <= set(capstone.Graded.__dataclass_fields__)
