@@ -5,22 +5,28 @@
 The model is llama_course.your_llama.YourLlama: every piece (tokenizer, embedding, loss, RMSNorm,
 attention and its mask, RoPE, SwiGLU, block, model, KV cache, sampling, GQA) is the student's
 function, wired to the student's other pieces; the run first prints which file served each piece.
-Graded parts (100 points):
+Graded parts (100 points; PARTS: each part's public checks below, its hidden tests the rest):
 
     (a) 30  logits equal transformers' LlamaForCausalLM on a seeded random checkpoint: MHA with an
-            untied head (15), GQA with a tied head (15); |diff| <= 1e-4 + 1e-4 |expected|, the
-            tolerance of the graded parity tests.
+            untied head (10), GQA with a tied head (10); |diff| <= 1e-4 + 1e-4 |expected|, the
+            tolerance of the graded parity tests. Hidden: 10.
     (b) 25  cached decode (the student's KVCache, decode_step, gqa_attention) equals the student's
-            own full forward at every step (15); greedy_generate's tokens equal transformers'
-            generate (10).
+            own full forward at every step (10); greedy_generate's tokens equal transformers'
+            generate (5). Hidden: 10.
     (c) 30  the student's train_bpe / encode / decode on the course corpus: merges equal the
-            package's tokenizer's and decode(encode(text)) == text (10); the Chapter 11 loop
+            package's tokenizer's and decode(encode(text)) == text (5); the Chapter 11 loop
             (AdamW, warmup + cosine, clipping) with the student's next_token_loss reaches a
             validation loss within MARGIN nats of the package's Llama trained from the same
-            initial weights on the same batches (20).
+            initial weights on the same batches (15). Hidden: 10.
     (d) 15  text sampled with the student's top_p_filter and softmax through the KV cache: each
             token equals the draw of the same generator from the package's nucleus of the
-            student's full-forward logits (10); the student's decode equals the package's (5).
+            student's full-forward logits (6); the student's decode equals the package's (4).
+            Hidden: 5.
+
+The hidden tests (tests/hidden/capstone_checks.py: the instructor's copy only, never the student
+release) run after each part's public checks, under the same watcher; where this copy has
+none (the student release) the part says how many points they carry and that they are not
+checked here.
 
 A failing part names the first of the student's pieces that disagrees: starting from the reference
 (the instructor's key, solutions/, when this copy has it; else the package's functions for the
@@ -62,6 +68,9 @@ SPECIAL = ("<|endoftext|>",)
 WATCHED_MODULES = ("attention", "norm", "rope", "ffn", "model", "kv_cache", "generate", "gqa", "loss",
                    "embedding", "tokenizer.bpe")
 ALLOWED_CALLS = ("BPETokenizer.__init__",)   # train_bpe's return value is the package's container
+# part: (its points, of which its public checks carry); its hidden tests carry the rest, shared by weight
+PARTS = {"a": (30, 20), "b": (25, 15), "c": (30, 20), "d": (15, 10)}
+HIDDEN = REPO / "tests" / "hidden" / "capstone_checks.py"   # never in the student release
 ORDER = ("tokenizer", "embedding", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "GQA", "block", "model",
          "KV cache", "sampling")
 
@@ -216,6 +225,13 @@ def rule_problems(folder: Path) -> dict[str, str]:
     return out
 
 
+def hidden_checks(path: Path = HIDDEN) -> dict[str, list]:
+    """{part: [(name, weight, factory)]} of the hidden tests, or {} where this copy has none."""
+    if not path.is_file():
+        return {}
+    return yl.load_module(path).CHECKS
+
+
 # ------------------------------------------------------------------------------ references
 
 
@@ -294,7 +310,7 @@ def _passes(check, pieces) -> bool:
 # ------------------------------------------------------------------------------ oracles
 
 
-def hf_model(n_kv_heads: int, tie: bool, seed: int):
+def hf_model(n_kv_heads: int, tie: bool, seed: int, rope_theta: float = 10000.0):
     """A seeded random LlamaForCausalLM (realistic scale) and the course config of the same shape."""
     import transformers
 
@@ -303,11 +319,11 @@ def hf_model(n_kv_heads: int, tie: bool, seed: int):
     config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=n_kv_heads, intermediate_size=160,
                                       tie_word_embeddings=tie, rms_norm_eps=1e-5, max_position_embeddings=128,
-                                      rope_theta=10000.0, attn_implementation="eager")
+                                      rope_theta=rope_theta, attn_implementation="eager")
     torch.manual_seed(seed)
     model = realistic_weights_(transformers.LlamaForCausalLM(config).eval(), std=0.2)
     course = LlamaConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_ff=160,
-                         norm_eps=1e-5, max_seq_len=128, tie_embeddings=tie, rope_layout="half")
+                         norm_eps=1e-5, max_seq_len=128, tie_embeddings=tie, rope_layout="half", rope_theta=rope_theta)
     state = {n: t.detach().clone() for n, t in model.state_dict().items() if not (tie and n == "lm_head.weight")}
     return model, course, state
 
@@ -320,6 +336,7 @@ class Capstone:
         self.folder, self.sizes, self.out = folder, sizes, out
         self.student = yl.load_pieces(folder, refused=rule_problems(folder))
         self.reference = reference_pieces()
+        self.hidden = hidden_checks()
         self.trained = None   # (model, tokenizer) from part (c)
         self.curves = {}
         self._hf = {}
@@ -366,9 +383,9 @@ class Capstone:
 
     def part_a(self) -> Part:
         part = Part("a", "logits equal transformers' LlamaForCausalLM")
-        self.run_check(part, Check("MHA, untied head", 15), self.logits_check(4, False, 0))
-        self.run_check(part, Check("GQA, tied head", 15), self.logits_check(2, True, 2))
-        return part
+        self.run_check(part, Check("MHA, untied head", 10), self.logits_check(4, False, 0))
+        self.run_check(part, Check("GQA, tied head", 10), self.logits_check(2, True, 2))
+        return self.run_hidden(part, ORDER)
 
     # (b) ------------------------------------------------------------------------------------
     def cache_check(self):
@@ -403,9 +420,9 @@ class Capstone:
     def part_b(self) -> Part:
         part = Part("b", "cached decode equals your full forward; greedy equals transformers")
         order = ("KV cache", "embedding", "RMSNorm", "attention", "RoPE", "SwiGLU", "GQA", "block", "model")
-        self.run_check(part, Check("KV-cache decode vs full forward", 15), self.cache_check(), order)
-        self.run_check(part, Check("greedy_generate vs transformers' generate", 10), self.greedy_check(), order)
-        return part
+        self.run_check(part, Check("KV-cache decode vs full forward", 10), self.cache_check(), order)
+        self.run_check(part, Check("greedy_generate vs transformers' generate", 5), self.greedy_check(), order)
+        return self.run_hidden(part, order)
 
     # (c) ------------------------------------------------------------------------------------
     def corpus(self) -> tuple[str, str]:
@@ -558,31 +575,31 @@ class Capstone:
         train_text, val_text = self.corpus()
         store = {}
         tok_check, _ = self.tokenizer_check(train_text, val_text, store)
-        self.run_check(part, Check("tokenizer: merges, encode and decode", 10), tok_check, ("tokenizer",))
+        self.run_check(part, Check("tokenizer: merges, encode and decode", 5), tok_check, ("tokenizer",))
         order = ("tokenizer", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "block", "model")
-        self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 20),
+        self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 15),
                        self.training_check(train_text, val_text, store), order,
                        localise_with=self.training_proxy(train_text))
         self.trained = (store.get("model"), store.get("tokenizer"))
-        return part
+        return self.run_hidden(part, order)
 
     # (d) ------------------------------------------------------------------------------------
-    def sampling_check(self, state: dict):
-        """The check of part (d)'s 10 points: your sampler through your KV cache, token by token
-        against the package's nucleus of your full-forward logits (same generator); ``state`` gets
-        the tokens and the tokenizer."""
+    def sampling_check(self, state: dict, temperature: float = 0.8, top_p: float = 0.9, seed: int = 0):
+        """Part (d)'s sampling check: your sampler through your KV cache, token by token against the
+        package's nucleus of your full-forward logits (same generator); ``state`` gets the tokens
+        and the tokenizer."""
         from llama_course.attention import softmax
         from llama_course.generate import top_p_filter
 
         def sampling(P):
             model, tok = self.sampling_model(P)
             prompt = torch.tensor([P.encode("Title: The", tok.vocab, tok.merges, SPECIAL)])           # (1, T)
-            tokens = yl.sample_tokens(model, prompt, self.sizes.new_tokens, temperature=0.8, top_p=0.9, seed=0)
-            generator = torch.Generator().manual_seed(0)
+            tokens = yl.sample_tokens(model, prompt, self.sizes.new_tokens, temperature, top_p, seed)
+            generator = torch.Generator().manual_seed(seed)
             with torch.no_grad():
                 for i in range(prompt.shape[1], tokens.shape[1]):
-                    logits = model(tokens[:, :i])[:, -1].float() / 0.8                                  # (1, V)
-                    expected = torch.multinomial(softmax(top_p_filter(logits, 0.9), dim=-1), 1, generator=generator)
+                    logits = model(tokens[:, :i])[:, -1].float() / temperature                          # (1, V)
+                    expected = torch.multinomial(softmax(top_p_filter(logits, top_p), dim=-1), 1, generator=generator)
                     if int(tokens[0, i]) != int(expected[0, 0]):
                         raise CheckFailed(f"sampled token {i - prompt.shape[1]} is {int(tokens[0, i])}; the "
                                           f"package's nucleus of your logits with the same generator gives "
@@ -618,11 +635,25 @@ class Capstone:
 
         order = ("sampling", "attention", "KV cache", "GQA", "embedding", "RMSNorm", "RoPE", "SwiGLU", "block",
                  "model", "tokenizer")
-        self.run_check(part, Check("sampled tokens (top_p 0.9, temperature 0.8)", 10), self.sampling_check(state),
+        self.run_check(part, Check("sampled tokens (top_p 0.9, temperature 0.8)", 6), self.sampling_check(state),
                        order)
-        self.run_check(part, Check("decode of the sampled text", 5), decoding, ("tokenizer",))
+        self.run_check(part, Check("decode of the sampled text", 4), decoding, ("tokenizer",))
         if "text" in state:
             part.notes.append("your LLaMA writes: " + repr(state["text"]))
+        return self.run_hidden(part, order)
+
+    def run_hidden(self, part: Part, order) -> Part:
+        """The part's hidden tests, their points the part's hidden share divided by weight; or, where
+        this copy has none, a note of the points they carry."""
+        points, public = PARTS[part.key]
+        checks = self.hidden.get(part.key, [])
+        if not checks:
+            part.notes.append(f"hidden tests: {points - public:g} more points, not checked here (they run in the "
+                              f"instructor's copy)")
+            return part
+        total = sum(weight for _, weight, _ in checks)
+        for name, weight, factory in checks:
+            self.run_check(part, Check(f"hidden: {name}", (points - public) * weight / total), factory(self), order)
         return part
 
 

@@ -171,3 +171,40 @@ def test_a_file_that_breaks_the_import_rule_costs_its_pieces(tmp_path):
     assert sum(p.score for p in parts) == 0, text
     assert "no points for anything in ch06_ffn.py" in text and "imports transformers" in text
 
+
+# -- hidden tests with points (tests/hidden/capstone_checks.py) -------------------------------------------------
+
+
+def test_a_bug_only_the_hidden_tests_see_costs_their_points(tmp_path):
+    """RoPE that stops turning after position 31: the public checks (8 positions) pass, the hidden
+    40-position check fails, names RoPE, and costs its share of part (a)'s hidden 10 points."""
+    folder = key_copy(tmp_path)
+    plant(folder, "ch05_rope.py", "rope_cos_sin(positions, x.shape[-1], base)",
+          "rope_cos_sin(positions.clamp(max=31), x.shape[-1], base)")
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
+    text = "\n".join(lines)
+    assert (part.score, part.points) == (25, 30), text
+    assert [c.score for c in part.checks] == [10, 10, 0, 5], text
+    assert part.checks[2].name.startswith("hidden: MQA") and part.culprit == "RoPE", text
+
+
+def test_without_the_hidden_tests_the_part_says_what_is_not_checked(tmp_path, monkeypatch):
+    from llama_course.grade import capstone
+
+    monkeypatch.setattr(capstone, "HIDDEN", tmp_path / "absent.py")
+    monkeypatch.setattr(capstone.hidden_checks, "__defaults__", (tmp_path / "absent.py",))
+    lines = []
+    (part,) = grade(key_copy(tmp_path), "a", QUICK, out=lines.append).parts
+    assert (part.score, part.points) == (20, 20)
+    assert "hidden tests: 10 more points, not checked here" in "\n".join(lines)
+
+
+def test_the_release_leaves_out_the_capstones_hidden_tests():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import student_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert (REPO / "tests" / "hidden" / "capstone_checks.py").is_file()
+    assert student_release.instructor_only("tests/hidden/capstone_checks.py", REPO)
