@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import textwrap
 import time
@@ -706,7 +705,6 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) ->
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
     if set(parts) - set("abcd") or not parts:
         raise ValueError(f"parts must be letters from 'abcd', got {parts!r}")
-    refuse_root()
     torch.manual_seed(0)
     out = _wrapping(out)
     capstone = Capstone(folder, sizes or Sizes(), out)
@@ -723,17 +721,6 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print) ->
     graded = Graded(results, capstone.curves)
     out(f"capstone: {graded.score:g} / {graded.points:g} points")
     return graded
-
-
-def refuse_root() -> None:
-    """Fail closed: the capstone imports and runs the student's files in this process, not in the
-    grader's confined workers, so as root (a grading container, Gradescope) it runs nothing."""
-    from llama_course.grade.sandbox import ConfinementError
-
-    if sys.platform.startswith("linux") and os.geteuid() == 0:
-        raise ConfinementError("the capstone runs the student's code in its own process, unconfined (not yet in "
-                               "the grader's sandbox), so it will not run as root: run it as an ordinary user, "
-                               "on your own work or in a throwaway container, not as root on code you do not trust")
 
 
 def _wrapping(out, width: int = 78):
@@ -766,13 +753,8 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", type=Path, default=None, help="write part (c)'s training curves here (PNG)")
     args = parser.parse_args(argv)
     sizes = Sizes(**{**vars(QUICK if args.quick else Sizes()), "device": args.device})
-    from llama_course.grade.sandbox import ConfinementError
-
     try:
         graded = grade(args.folder, args.parts, sizes)
-    except ConfinementError as error:
-        print(f"capstone: nothing graded: {error}")
-        return 2
     except ValueError as error:
         parser.error(str(error))
     if args.json:
