@@ -68,7 +68,10 @@ def test_a_planted_bug_is_named(tmp_path, bug, piece):
     plant(folder, *bug)
     lines = []
     (part,) = grade(folder, "a", QUICK, out=lines.append).parts
-    assert part.score == 0 and part.culprit == piece, "\n".join(lines)
+    # every check fails but the hidden one-token check, blind to both bugs: RoPE turns position 0 by no
+    # angle, and the softmax of one score is 1 whatever its scale
+    failing = [c for c in part.checks if c.name != "hidden: one-token sequences"]
+    assert all(c.score == 0 for c in failing) and part.culprit == piece, "\n".join(lines)
     assert f"the first of your pieces to disagree: {piece}" in "\n".join(lines)
 
 
@@ -82,7 +85,7 @@ def test_without_the_key_the_package_names_the_piece(tmp_path, monkeypatch):
     plant(folder, "ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)")
     lines = []
     (part,) = grade(folder, "a", QUICK, out=lines.append).parts
-    assert part.score == 0 and part.culprit == "attention", "\n".join(lines)
+    assert [c.score for c in part.checks] == [0, 0, 0, 5] and part.culprit == "attention", "\n".join(lines)
 
 
 def test_a_missing_piece_is_reported_not_replaced(tmp_path):
