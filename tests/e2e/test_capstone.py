@@ -143,7 +143,7 @@ def test_a_package_piece_under_the_students_name_scores_zero(tmp_path):
     lines = []
     (part,) = grade(folder, "c", QUICK, out=lines.append).parts
     text = "\n".join(lines)
-    assert part.score == 0, text
+    assert [c.score for c in part.checks] == [0, 0, 0, 5], text  # the hidden loss check uses no tokenizer
     assert "llama_course.tokenizer.bpe.train_bpe" in part.checks[0].message, text
     assert "tokenizer  NOT YOURS" in text
 
@@ -160,8 +160,8 @@ def test_calling_the_package_tokenizer_costs_part_c(tmp_path):
     lines = []
     (part,) = grade(folder, "c", QUICK, out=lines.append).parts
     text = "\n".join(lines)
-    assert part.score == 0, text
-    assert all("llama_course.tokenizer.bpe.train_bpe (ch02_tokens.py line" in c.message for c in part.checks), text
+    assert [c.score for c in part.checks] == [0, 0, 0, 5], text  # the hidden loss check uses no tokenizer
+    assert all("llama_course.tokenizer.bpe.train_bpe (ch02_tokens.py line" in c.message for c in part.checks[:3]), text
 
 
 def test_a_file_that_breaks_the_import_rule_costs_its_pieces(tmp_path):
