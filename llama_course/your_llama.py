@@ -30,6 +30,7 @@ Sampling: p = softmax(top_p_filter(logits / temperature)), one draw with a seede
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import types
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from .checks import check_int, check_number, check_positive_number, check_tensor, check_token_ids, check_type
 from .config import LlamaConfig
 
 # piece: (file stem, function names, what it is)
@@ -56,6 +58,11 @@ PIECES = {
     "GQA": ("ch09_gqa", ("repeat_kv", "gqa_attention")),
 }
 NAMES = {name: piece for piece, (_, names) in PIECES.items() for name in names}
+REFUSED = "NOT YOURS"   # how a piece that is not the student's own function is reported
+# LlamaConfig fields for what these pieces do not model (QK-norm, long-context RoPE, MoE, MLA, sliding windows)
+UNMODELLED = ("qk_norm", "rope_scaling", "n_experts", "single_expert_moe", "n_shared_experts", "moe_d_ff",
+              "sliding_window", "layer_types", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+              "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass
@@ -76,12 +83,20 @@ class Pieces:
             raise LookupError(f"the {piece} piece is missing: {self.missing.get(piece, name + ' not loaded')}")
         raise AttributeError(name)
 
+    def refuse(self, piece: str, why: str) -> None:
+        """Take ``piece`` out (it is not the student's own work): what uses it from now on fails with ``why``."""
+        self.missing[piece] = f"{REFUSED}: {why}"
+        for name in PIECES[piece][1]:
+            self.functions.pop(name, None)
+        wire(self)
+
     def served_by(self) -> dict[str, str]:
-        """{piece: "file: name, name"} for the pieces loaded."""
+        """{piece: "file: name, name"} for the pieces loaded (each defined in that file)."""
         out = {}
         for piece, (_, names) in PIECES.items():
             if piece in self.missing:
-                out[piece] = f"MISSING: {self.missing[piece]}"
+                why = self.missing[piece]
+                out[piece] = why if why.startswith(REFUSED) else f"MISSING: {why}"
             else:
                 out[piece] = f"{self.source[names[0]]}: {', '.join(names)}"
         return out
@@ -99,20 +114,22 @@ def load_module(path: Path) -> types.ModuleType:
     return module
 
 
-def load_pieces(folder, label: str | None = None) -> Pieces:
+def load_pieces(folder, label: str | None = None, refused: dict | None = None) -> Pieces:
     """Every piece from the chNN_*.py files in ``folder``, wired to each other (see the module's
-    docstring). A piece whose file or function is missing, or whose file fails to import, is
-    recorded in ``.missing`` (never replaced by the package's)."""
+    docstring). A piece whose file or function is missing, whose file fails to import, or whose
+    function is not defined in that file (the package's, imported under the piece's name) is
+    recorded in ``.missing`` (never replaced by the package's). ``refused``: {file stem: why}
+    for files not to import at all (the grader's rules refused them)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
     label = label or folder.name
     folder = folder.resolve()  # absolute file names in the code: the capstone's call watcher reads them
-    pieces, loaded = Pieces(), {}
+    pieces, loaded, refused = Pieces(), {}, refused or {}
     for piece, (stem, names) in PIECES.items():
         path = folder / f"{stem}.py"
         if stem not in loaded:
-            loaded[stem] = _load(path)
+            loaded[stem] = f"{REFUSED}: {refused[stem]}" if stem in refused else _load(path)
         module = loaded[stem]
         if isinstance(module, str):
             pieces.missing[piece] = module
@@ -121,11 +138,28 @@ def load_pieces(folder, label: str | None = None) -> Pieces:
         if absent:
             pieces.missing[piece] = f"{label}/{stem}.py has no {', '.join(absent)}"
             continue
+        foreign = [f"{n} is {_where(getattr(module, n))}" for n in names if not _defined_in(getattr(module, n), path)]
+        if foreign:
+            pieces.missing[piece] = f"{REFUSED}: in {label}/{stem}.py, {'; '.join(foreign)}"
+            continue
         for name in names:
             pieces.functions[name] = getattr(module, name)
             pieces.source[name] = f"{label}/{stem}.py"
     pieces.modules = [m for m in loaded.values() if not isinstance(m, str)]
     return wire(pieces)
+
+
+def _defined_in(value, path: Path) -> bool:
+    """Whether the function or class ``value`` is written in the file ``path``."""
+    code = getattr(value, "__code__", None)
+    if code is None and isinstance(value, type):
+        methods = [m for m in vars(value).values() if hasattr(m, "__code__")]
+        code = methods[0].__code__ if methods else None
+    return code is not None and Path(code.co_filename).resolve() == path.resolve()
+
+
+def _where(value) -> str:
+    return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
 
 
 def _load(path: Path):
@@ -140,6 +174,10 @@ def _load(path: Path):
 def mix(base: Pieces, other: Pieces, take: tuple[str, ...]) -> Pieces:
     """``base`` with the pieces named in ``take`` taken from ``other`` (fresh module copies are not
     needed: wire() re-points every module's names at the mix)."""
+    check_type("take", take, (tuple, list))
+    unknown = [piece for piece in take if piece not in PIECES]
+    if unknown:
+        raise ValueError(f"take must name pieces from {tuple(PIECES)}, got {', '.join(map(repr, unknown))}")
     out = Pieces(dict(base.functions), dict(base.source), dict(base.missing), list(base.modules))
     for piece in take:
         out.missing.pop(piece, None)
@@ -159,11 +197,17 @@ def wire(pieces: Pieces) -> Pieces:
     (rope_cos_sin) at one made from the chosen rope_inv_freq."""
     for module in pieces.modules:
         for name in NAMES:
-            if name in vars(module) and name in pieces.functions:
-                setattr(module, name, pieces.functions[name])
+            if name in vars(module):  # a missing piece's name raises: never the package's or another mix's
+                setattr(module, name, pieces.functions.get(name) or _missing(pieces, name))
         if "rope_cos_sin" in vars(module):
             module.rope_cos_sin = _cos_sin_from(pieces)
     return pieces
+
+
+def _missing(pieces: Pieces, name: str):
+    def missing(*args, **kwargs):
+        return getattr(pieces, name)  # raises LookupError: the piece is missing, and why
+    return missing
 
 
 def _cos_sin_from(pieces: Pieces):
@@ -197,28 +241,59 @@ def hf_names(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def check_modelled(config: LlamaConfig) -> None:
+    """ValueError naming the first field of ``config`` that these pieces do not model."""
+    if config.rope_layout != "half":
+        raise ValueError(f"config.rope_layout must be 'half' (Hugging Face's names and layout), "
+                         f"got {config.rope_layout!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(LlamaConfig)}
+    for name in UNMODELLED:
+        if getattr(config, name) != defaults[name]:
+            raise ValueError(f"config.{name} must be {defaults[name]!r}: your LLaMA (Chapters 2-9) does not "
+                             f"model it, got {getattr(config, name)!r}")
+
+
+def check_state_dict(state_dict, shapes: dict) -> None:
+    """``state_dict`` has exactly the names of ``shapes``, each a floating tensor of that shape."""
+    check_type("state_dict", state_dict, dict)
+    missing = [name for name in shapes if name not in state_dict]
+    unexpected = [name for name in state_dict if name not in shapes]
+    if missing or unexpected:
+        raise ValueError(f"state_dict must hold exactly the model's {len(shapes)} parameters: missing "
+                         f"{missing[:5] or 'none'}{' ...' if len(missing) > 5 else ''}, unexpected "
+                         f"{unexpected[:5] or 'none'}{' ...' if len(unexpected) > 5 else ''}")
+    for name, shape in shapes.items():
+        check_tensor(f"state_dict[{name!r}]", state_dict[name], shape=shape, floating=True)
+
+
 class YourLlama(torch.nn.Module):
     """A LLaMA whose every computation is one of ``pieces`` (plus torch): see the module docstring.
     Parameters are kept under Hugging Face's names (dots become "__" inside the module)."""
 
-    def __init__(self, config: LlamaConfig, pieces: Pieces, state_dict: dict | None = None):
+    def __init__(self, config: LlamaConfig, pieces: Pieces, state_dict: dict | None = None, *,
+                 device=None, dtype: torch.dtype | None = None):
+        """``state_dict``: {Hugging Face name: tensor}, each kept on its device and dtype; None: zeros
+        on ``device`` in ``dtype`` (default: the CPU, torch's default dtype)."""
         super().__init__()
-        if config.rope_layout != "half":
-            raise ValueError(f"config.rope_layout must be 'half' (Hugging Face's names and layout), "
-                             f"got {config.rope_layout!r}")
+        check_type("config", config, LlamaConfig)
+        check_type("pieces", pieces, Pieces)
+        check_modelled(config)
         self.config, self.pieces = config, pieces
         shapes = hf_names(config)
-        for name, shape in shapes.items():
-            tensor = state_dict[name] if state_dict is not None else torch.zeros(shape)
-            if tuple(tensor.shape) != shape:
-                raise ValueError(f"state_dict[{name!r}] has shape {tuple(tensor.shape)}, expected {shape}")
-            self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(tensor.detach().clone()))
+        if state_dict is None:
+            state_dict = {name: torch.zeros(shape, device=device, dtype=dtype or torch.get_default_dtype())
+                          for name, shape in shapes.items()}
+        check_state_dict(state_dict, shapes)
+        for name in shapes:
+            self.register_parameter(name.replace(".", "__"), torch.nn.Parameter(state_dict[name].detach().clone()))
 
     def weights(self) -> dict[str, torch.Tensor]:
         """{Hugging Face name: parameter}: what llama_forward reads."""
         return {name.replace("__", "."): p for name, p in self.named_parameters()}
 
     def forward(self, input_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        check_token_ids("input_ids", input_ids, self.config.vocab_size, like=next(self.parameters()),
+                        like_name="the model's parameters")
         wire(self.pieces)  # modules shared with another mix of pieces point at this one's again
         if cache is None:
             return self.pieces.llama_forward(input_ids, self.weights(), self.config)   # (B, T, V)
@@ -256,20 +331,29 @@ class YourLlama(torch.nn.Module):
 
 def draw_next(pieces: Pieces, logits: torch.Tensor, temperature: float, top_p: float,
                 generator: torch.Generator) -> torch.Tensor:
-    """One token per row: p = softmax(top_p_filter(logits / temperature)); (B, V) -> (B, 1)."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (use greedy_generate for temperature 0), got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    """One token per row: p = softmax(top_p_filter(logits / temperature)); (B, V) -> (B, 1), drawn
+    on the generator's device, returned on the logits'. (Temperature 0 is greedy_generate's.)"""
+    check_type("pieces", pieces, Pieces)
+    check_tensor("logits", logits, ndim=2, floating=True)
+    check_positive_number("temperature", temperature)
+    check_number("top_p", top_p, low=0, high=1, low_open=True)
+    check_type("generator", generator, torch.Generator)
     filtered = pieces.top_p_filter(logits.float() / temperature, top_p)                     # (B, V)
     probs = pieces.softmax(filtered, dim=-1)                                                 # (B, V)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).to(logits.device)          # (B, 1)
+    token = torch.multinomial(probs.to(generator.device), 1, generator=generator)           # (B, 1)
+    return token.to(logits.device)
 
 
 @torch.no_grad()
 def sample_tokens(model: YourLlama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.8,
                   top_p: float = 0.9, seed: int = 0) -> torch.Tensor:
     """Prompt + ``max_new_tokens`` sampled tokens with your KV cache, decode_step and sampler, (B, T + n)."""
+    check_type("model", model, YourLlama)
+    check_tensor("input_ids", input_ids, ndim=2)
+    check_token_ids("input_ids", input_ids, model.config.vocab_size, like=next(model.parameters()),
+                    like_name="the model's parameters")
+    check_int("max_new_tokens", max_new_tokens, low=0)
+    check_int("seed", seed)
     P = model.pieces
     dtype = next(model.parameters()).dtype
     cache = P.KVCache(model.config, input_ids.shape[0], input_ids.shape[1] + max_new_tokens,

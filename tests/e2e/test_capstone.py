@@ -41,7 +41,7 @@ def scores(parts) -> dict:
 
 def test_the_key_gets_full_marks(tmp_path):
     lines = []
-    parts = grade(key_copy(tmp_path), "abcd", QUICK, out=lines.append)
+    parts = grade(key_copy(tmp_path), "abcd", QUICK, out=lines.append).parts
     assert scores(parts) == {"a": (30, 30), "b": (25, 25), "c": (30, 30), "d": (15, 15)}, "\n".join(lines)
     assert not any(p.culprit for p in parts)
     served = [line for line in lines if line.startswith("  ") and ".py: " in line]
@@ -52,7 +52,7 @@ def test_the_stubs_score_zero_and_name_a_piece(tmp_path):
     folder = tmp_path / "exercises"
     shutil.copytree(REPO / "exercises", folder)
     lines = []
-    parts = grade(folder, "abcd", QUICK, out=lines.append)
+    parts = grade(folder, "abcd", QUICK, out=lines.append).parts
     assert sum(p.score for p in parts) == 0, "\n".join(lines)
     assert all(p.culprit and not p.culprit.startswith("(") for p in parts), [p.culprit for p in parts]
     assert any("not implemented yet" in c.message for p in parts for c in p.checks)
@@ -67,8 +67,11 @@ def test_a_planted_bug_is_named(tmp_path, bug, piece):
     folder = key_copy(tmp_path)
     plant(folder, *bug)
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
-    assert part.score == 0 and part.culprit == piece, "\n".join(lines)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
+    # every check fails but the hidden one-token check, blind to both bugs: RoPE turns position 0 by no
+    # angle, and the softmax of one score is 1 whatever its scale
+    failing = [c for c in part.checks if c.name != "hidden: one-token sequences"]
+    assert all(c.score == 0 for c in failing) and part.culprit == piece, "\n".join(lines)
     assert f"the first of your pieces to disagree: {piece}" in "\n".join(lines)
 
 
@@ -81,15 +84,15 @@ def test_without_the_key_the_package_names_the_piece(tmp_path, monkeypatch):
     folder = key_copy(tmp_path)
     plant(folder, "ch04_attention.py", "q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])", "q @ k.transpose(-2, -1)")
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
-    assert part.score == 0 and part.culprit == "attention", "\n".join(lines)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
+    assert [c.score for c in part.checks] == [0, 0, 0, 5] and part.culprit == "attention", "\n".join(lines)
 
 
 def test_a_missing_piece_is_reported_not_replaced(tmp_path):
     folder = key_copy(tmp_path)
     (folder / "ch09_gqa.py").unlink()
     lines = []
-    (part,) = grade(folder, "b", QUICK, out=lines.append)
+    (part,) = grade(folder, "b", QUICK, out=lines.append).parts
     text = "\n".join(lines)
     assert "GQA        MISSING: student/ch09_gqa.py does not exist" in text
     assert part.checks[0].score == 0 and part.culprit == "GQA", text
@@ -104,7 +107,7 @@ def test_calling_the_package_answer_costs_the_points(tmp_path, monkeypatch, rela
         monkeypatch.chdir(tmp_path)
         folder = Path(folder.name)
     lines = []
-    (part,) = grade(folder, "a", QUICK, out=lines.append)
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
     assert part.score == 0, "\n".join(lines)
     assert "llama_course.norm.rms_norm (ch03_norm.py line" in part.checks[0].message
 
@@ -127,3 +130,84 @@ def test_the_release_leaves_out_this_key_reading_test():
     assert student_release.instructor_only("tests/e2e/test_capstone.py", REPO)
     assert not student_release.instructor_only("llama_course/grade/capstone.py", REPO)
     assert "BEGIN SOLUTION" not in (REPO / "llama_course" / "grade" / "capstone.py").read_text()
+
+
+# -- the grader's rule on every part (part (c)'s tokenizer and training included) ------------------------------
+
+
+def test_a_package_piece_under_the_students_name_scores_zero(tmp_path):
+    """ch02_tokens.py that hands in the package's train_bpe as its own (an import, no def)."""
+    folder = key_copy(tmp_path)
+    path = folder / "ch02_tokens.py"
+    path.write_text(path.read_text() + "\nfrom llama_course.tokenizer.bpe import train_bpe  # noqa\n")
+    lines = []
+    (part,) = grade(folder, "c", QUICK, out=lines.append).parts
+    text = "\n".join(lines)
+    assert [c.score for c in part.checks] == [0, 0, 0, 5], text  # the hidden loss check uses no tokenizer
+    assert "llama_course.tokenizer.bpe.train_bpe" in part.checks[0].message, text
+    assert "tokenizer  NOT YOURS" in text
+
+
+def test_calling_the_package_tokenizer_costs_part_c(tmp_path):
+    folder = key_copy(tmp_path)
+    plant(folder, "ch02_tokens.py", "    return BPETokenizer(vocab, merges, special_tokens, pattern)\n",
+          "    return BPETokenizer(vocab, merges, special_tokens, pattern)\n\n\n"
+          "def _unused():\n    pass\n")
+    plant(folder, "ch02_tokens.py", "def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) "
+          "-> BPETokenizer:\n", "def train_bpe(text: str, vocab_size: int, special_tokens=(), pattern=None) "
+          "-> BPETokenizer:\n    import llama_course.tokenizer.bpe as b\n"
+          "    return b.train_bpe(text, vocab_size, special_tokens, pattern)\n")
+    lines = []
+    (part,) = grade(folder, "c", QUICK, out=lines.append).parts
+    text = "\n".join(lines)
+    assert [c.score for c in part.checks] == [0, 0, 0, 5], text  # the hidden loss check uses no tokenizer
+    assert all("llama_course.tokenizer.bpe.train_bpe (ch02_tokens.py line" in c.message for c in part.checks[:3]), text
+
+
+def test_a_file_that_breaks_the_import_rule_costs_its_pieces(tmp_path):
+    folder = key_copy(tmp_path)
+    path = folder / "ch06_ffn.py"
+    path.write_text("import transformers  # noqa\n" + path.read_text())
+    lines = []
+    parts = grade(folder, "ab", QUICK, out=lines.append).parts
+    text = "\n".join(lines)
+    assert sum(p.score for p in parts) == 0, text
+    assert "no points for anything in ch06_ffn.py" in text and "imports transformers" in text
+
+
+# -- hidden tests with points (tests/hidden/capstone_checks.py) -------------------------------------------------
+
+
+def test_a_bug_only_the_hidden_tests_see_costs_their_points(tmp_path):
+    """RoPE that stops turning after position 31: the public checks (8 positions) pass, the hidden
+    40-position check fails, names RoPE, and costs its share of part (a)'s hidden 10 points."""
+    folder = key_copy(tmp_path)
+    plant(folder, "ch05_rope.py", "rope_cos_sin(positions, x.shape[-1], base)",
+          "rope_cos_sin(positions.clamp(max=31), x.shape[-1], base)")
+    lines = []
+    (part,) = grade(folder, "a", QUICK, out=lines.append).parts
+    text = "\n".join(lines)
+    assert (part.score, part.points) == (25, 30), text
+    assert [c.score for c in part.checks] == [10, 10, 0, 5], text
+    assert part.checks[2].name.startswith("hidden: MQA") and part.culprit == "RoPE", text
+
+
+def test_without_the_hidden_tests_the_part_says_what_is_not_checked(tmp_path, monkeypatch):
+    from llama_course.grade import capstone
+
+    monkeypatch.setattr(capstone, "HIDDEN", tmp_path / "absent.py")
+    monkeypatch.setattr(capstone.hidden_checks, "__defaults__", (tmp_path / "absent.py",))
+    lines = []
+    (part,) = grade(key_copy(tmp_path), "a", QUICK, out=lines.append).parts
+    assert (part.score, part.points) == (20, 20)
+    assert "hidden tests: 10 more points, not checked here" in "\n".join(lines)
+
+
+def test_the_release_leaves_out_the_capstones_hidden_tests():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import student_release
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert (REPO / "tests" / "hidden" / "capstone_checks.py").is_file()
+    assert student_release.instructor_only("tests/hidden/capstone_checks.py", REPO)
