@@ -62,10 +62,10 @@ def test_update_writes_in_place_and_returns_everything(impl):
                  "do not hold the keys")
     assert_equal(cache.values[0][:, :, :4], values, "the cache was not written in place: buffer positions 0..3 "
                  "do not hold the values")
-    for got, buffer, what in ((keys, cache.keys[0], "keys"), (values, cache.values[0], "values")):
-        assert got.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr(), \
-            (f"update returned {what} that are a copy, not the cache's own buffer: return "
-             f"self.{what}[layer][:, :, :end] (a view), do not torch.cat the past with the new positions")
+    # Whether update returns a view of the buffer (not a torch.cat copy) cannot be seen from here:
+    # the grader runs the student's code in a sandbox and every tensor comes back as a copy, so a
+    # storage comparison failed for every answer, the key's included. The buffer checks above see
+    # the in-place writes; the speed of a view is Chapter 8's benchmark, not a graded property.
     cache.advance()
     assert cache.length == 4, f"after two advances over 3 + 1 positions cache.length is {cache.length}, expected 4"
     with pytest.raises(ValueError, match="8"):
