@@ -135,12 +135,12 @@ def run_tensor_parallel_generate(out: Path, par: distributed.Parallel) -> None:
                           if torch.manual_seed(0))                # the same weights twice
         parallelize(sharded, mesh)
         seen = []
-        logits = sharded.logits
+        forward = sharded.forward
 
         def spy(input_ids, positions=None, cache=None, *args, **kwargs):
             seen.append(tuple(cache.keys[0].shape))
-            return logits(input_ids, positions, cache, *args, **kwargs)
-        sharded.logits = spy
+            return forward(input_ids, positions, cache, *args, **kwargs)
+        sharded.forward = spy                 # nn.Module.__call__ calls the instance's forward
         tokens = generate(sharded, prompt, 12)
         gathered = [None] * par.world_size
         dist.all_gather_object(gathered, (tokens, seen[0]))

@@ -73,11 +73,11 @@ def test_decode_steps_do_not_wait_for_the_device(monkeypatch):
     prompt = torch.randint(0, 64, (2, 5))
     reads = []
     calls = {"forward": 0}
-    original_logits = model.logits
+    original_forward = model.forward
 
-    def counting_logits(*args, **kwargs):   # forward's core: first the prefill, then each decode step
+    def counting_forward(*args, **kwargs):   # first the prefill, then each decode step
         calls["forward"] += 1
-        return original_logits(*args, **kwargs)
+        return original_forward(*args, **kwargs)
 
     def spy(name):
         original = getattr(torch.Tensor, name)
@@ -90,7 +90,7 @@ def test_decode_steps_do_not_wait_for_the_device(monkeypatch):
             return original(self, *args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(model, "logits", counting_logits)
+    monkeypatch.setattr(model, "forward", counting_forward)   # nn.Module.__call__ calls it
     for name in SYNCING:
         monkeypatch.setattr(torch.Tensor, name, spy(name))
     out = generate(model, prompt, 6)

@@ -28,7 +28,7 @@ INSTRUCTOR_TARGETS = {"exercises", "autograder", "student-release", "colab-cells
 # write exercises/.
 RUN = {"help", "install", "lint", "grade", "clean"}
 DRY = {"book", "lab", "test", "check", "test-unit", "test-package", "test-notebooks", "test-book", "test-site",
-       "test-site-if-browser", "install-cuda", "gpu-check", "capstone"}
+       "test-site-if-browser", "install-cuda", "gpu-check", "capstone", "book-zh", "translations"}
 
 
 STUDENTS = "https://github.com/example-course/llama-course-students"   # the repository the students get
