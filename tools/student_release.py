@@ -58,6 +58,12 @@ EDITS = [
     ("_toc.yml", "      - file: book/instructors\n", ""),
     ("book/intro.md", "- **Teaching a course?** {doc}`For instructors <instructors>` and {doc}`the labs <labs>`.",
      "- **Doing the labs?** {doc}`The labs <labs>` gathers every chapter's tasks and how to check them."),
+    # ... and its Chinese (the Chinese edition is made from the release's own English)
+    ("locale/zh_CN/LC_MESSAGES/book/intro.po",
+     'msgid "**Teaching a course?** {doc}`For instructors <instructors>` and {doc}`the labs <labs>`."\n'
+     'msgstr "**要开一门课？** 请看 {doc}`写给教师 <instructors>` 和 {doc}`实验一览 <labs>`。"',
+     'msgid "**Doing the labs?** {doc}`The labs <labs>` gathers every chapter\'s tasks and how to check them."\n'
+     'msgstr "**在做实验？** {doc}`实验一览 <labs>` 汇集了每一章的实验任务以及检查它们的方法。"'),
 ]
 # The Colab install cell's comment (tools/colab_cells.py) names an instructor's target.
 CELL_COMMENT = ("# The repository comes from _config.yml (repository.url, repository.branch): change it there and\n"
