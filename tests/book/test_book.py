@@ -52,16 +52,39 @@ def test_structure_and_clean_outputs(path):
                 f"stderr output stored in {path.name}: {''.join(output['text'])[:80]}")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# The exercise files a student gets (the instructor's tree keeps them in sync with solutions/:
+# `make test-unit` runs `python -m llama_course.grade.stubs --check`), so this test checks the same
+# thing in the instructor's tree and in the student release, which has no solutions/.
+EXERCISE_FILES = sorted((REPO / "exercises").glob("ch[0-9][0-9]_*.py"))
+# each stub's `raise NotImplementedError("Exercise 4.1 softmax (Chapter 4, ...)")`
+STUB_LABEL = re.compile(r"""NotImplementedError\(\s*['"]((?:Exercise|Homework) \d+\.\w+) (\w+) \(Chapter (\d+)""")
+
+
+def exercise_labels(path):
+    """[(label, function name)] of an exercise file's stubs, e.g. ("Exercise 4.1", "softmax")."""
+    found = STUB_LABEL.findall(path.read_text(encoding="utf-8"))
+    assert {int(chapter) for *_, chapter in found} == {int(path.stem[2:4])}, f"{path.name}: {found}"
+    return [(label, name) for label, name, _ in found]
+
+
+def test_every_exercise_file_belongs_to_a_chapter_notebook():
+    assert len(EXERCISE_FILES) >= 10, "exercises/ holds the students' stubs"
+    chapters = {p.stem[:4] for p in NOTEBOOKS}
+    assert [p.name for p in EXERCISE_FILES if p.stem[:4] not in chapters] == []
+
+
+@pytest.mark.parametrize("path", EXERCISE_FILES, ids=lambda p: p.stem)
 def test_exercises_are_listed_with_the_grader_command(path):
-    number = int(path.stem[2:4])
-    solutions = list((REPO / "solutions").glob(f"ch{number:02d}_*.py"))
-    if not solutions:
-        pytest.skip("this chapter has no graded exercises")
-    markdown = "\n".join("".join(c["source"]) for c in cells(path) if c["cell_type"] == "markdown")
+    """The chapter's Exercises section lists every exercise of its file (label and function, as
+    **Exercise 4.1 `softmax`**, the function's arguments optional) and the command that grades them."""
+    notebook = next(p for p in NOTEBOOKS if p.stem[:4] == path.stem[:4])
+    labels = exercise_labels(path)
+    assert labels, f"{path.name} has no exercise stub"
+    markdown = "\n".join("".join(c["source"]) for c in cells(notebook) if c["cell_type"] == "markdown")
     assert "python -m llama_course.grade exercises/" in markdown
-    for label in re.findall(r"# BEGIN SOLUTION (Exercise \d+\.\d+) (\w+)", solutions[0].read_text()):
-        assert label[0] in markdown, f"{path.name} does not list {label[0]}"
+    for label, name in labels:
+        assert re.search(rf"\*\*{re.escape(label)} `{re.escape(name)}(\([^`]*\))?`\*\*", markdown), \
+            f"{notebook.name} does not list {label} `{name}`"
 
 
 GLOSSARY = (REPO / "book" / "glossary.md").read_text(encoding="utf-8")

@@ -365,19 +365,33 @@ def release_env(release: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(release)}
 
 
+def tests_that_only_skip(junit: Path) -> dict[str, str]:
+    """{test function: one skip reason} of the test functions in a junit report all of whose cases
+    were skipped: in the release they test nothing there."""
+    outcomes: dict[str, list] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name').split('[')[0]}"
+        skipped = case.find("skipped")
+        outcomes.setdefault(name, []).append(None if skipped is None else skipped.get("message", ""))
+    return {name: reasons[0] for name, reasons in outcomes.items() if all(r is not None for r in reasons)}
+
+
 @pytest.mark.slow
 def test_the_release_passes_its_own_tests(tmp_path):
     """The release's tests that need what an instructor's tree has (the key, the hidden tests, the
     grader's case suites): tests/book and tests/graded, run there as its `make test-unit` and
-    `make test-package` do. (Its whole `make test`, notebooks, book and browser included, takes
-    tens of minutes: run by hand, see the commit that added this test; its tests/unit and the
+    `make test-package` do, and none of them skips every case (a test that only skips in the
+    release proves nothing there). (Its whole `make test`, notebooks, book and browser included,
+    takes tens of minutes: run by hand, see the commit that added this test; its tests/unit and the
     rest of tests/e2e test the package and grader that the instructor's suite tests already.)"""
     release = unpack_release(tmp_path)
-    args = ["tests/book", "tests/graded", "tests/unit/test_feedback_text.py", "--impl=package"]
+    junit = tmp_path / "release.xml"
+    args = ["tests/book", "tests/graded", "tests/unit/test_feedback_text.py", "--impl=package", f"--junitxml={junit}"]
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                          cwd=release, env=release_env(release), capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert re.search(r"\d+ passed", run.stdout.splitlines()[-1]) and "error" not in run.stdout.splitlines()[-1]
+    assert tests_that_only_skip(junit) == {}
 
 
 WRONG_CH04 = [  # (the key's line, a student's mistake)
