@@ -365,7 +365,7 @@ def release_env(release: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(release)}
 
 
-def tests_that_only_skip(junit: Path) -> dict[str, str]:
+def functions_that_only_skip(junit: Path) -> dict[str, str]:
     """{test function: one skip reason} of the test functions in a junit report all of whose cases
     were skipped: in the release they test nothing there."""
     outcomes: dict[str, list] = {}
@@ -398,7 +398,7 @@ def test_the_release_passes_its_own_tests(tmp_path):
                          cwd=release, env=release_env(release), capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert re.search(r"\d+ passed", run.stdout.splitlines()[-1]) and "error" not in run.stdout.splitlines()[-1]
-    only_skip = tests_that_only_skip(junit)
+    only_skip = functions_that_only_skip(junit)
     assert {name: why for name, why in only_skip.items() if not NOTHING_TO_RUN_AGAINST.match(why)} == {}
     assert all(name.startswith("tests.graded.") for name in only_skip), only_skip
 
