@@ -343,10 +343,10 @@ class Capstone:
         self.curves = {}
         self._hf = {}
 
-    def hf(self, n_kv_heads, tie, seed):
-        key = (n_kv_heads, tie, seed)
+    def hf(self, n_kv_heads, tie, seed, rope_theta=10000.0):
+        key = (n_kv_heads, tie, seed, rope_theta)
         if key not in self._hf:
-            self._hf[key] = hf_model(n_kv_heads, tie, seed)
+            self._hf[key] = hf_model(n_kv_heads, tie, seed, rope_theta)
         return self._hf[key]
 
     def run_check(self, part: Part, check: Check, fn, order=ORDER, localise_with=None):
@@ -370,17 +370,18 @@ class Capstone:
         part.checks.append(check)
 
     # (a) ------------------------------------------------------------------------------------
-    def logits_check(self, n_kv_heads, tie, seed):
-        hf, config, state = self.hf(n_kv_heads, tie, seed)
-        ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(seed + 1))
+    def logits_check(self, n_kv_heads, tie, seed, shape=(2, 8), rope_theta=10000.0, what=""):
+        """Your logits of seeded ids of ``shape`` against transformers' (the hidden tests call it with
+        other shapes and rope_theta; ``what`` names them)."""
+        hf, config, state = self.hf(n_kv_heads, tie, seed, rope_theta)
+        ids = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))     # (B, T)
         with torch.no_grad():
-            expected = hf(ids).logits
+            expected = hf(ids).logits                                                          # (B, T, V)
+        what = what or f"({'GQA' if n_kv_heads < 4 else 'MHA'}, {'tied' if tie else 'untied'} head)"
 
         def check(P):
             with torch.no_grad():
-                close(yl.YourLlama(config, P, state)(ids), expected,
-                      f"logits ({'GQA' if n_kv_heads < 4 else 'MHA'}, {'tied' if tie else 'untied'} head) "
-                      f"vs transformers' LlamaForCausalLM")
+                close(yl.YourLlama(config, P, state)(ids), expected, f"logits {what} vs transformers' LlamaForCausalLM")
         return check
 
     def part_a(self) -> Part:
@@ -390,32 +391,39 @@ class Capstone:
         return self.run_hidden(part, ORDER)
 
     # (b) ------------------------------------------------------------------------------------
-    def cache_check(self):
-        _, config, state = self.hf(2, False, 4)
-        ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(5))
+    def cache_check(self, n_kv_heads: int = 2, tie: bool = False, seed: int = 4, shape=(2, 9), prefill: int = 5,
+                    what: str = ""):
+        """Your KV cache: a prefill of ``prefill`` tokens, then one token a step, each step's logits
+        against your own full forward (the hidden tests call it with other shapes; ``what`` names them)."""
+        _, config, state = self.hf(n_kv_heads, tie, seed)
+        ids = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))   # (B, T)
+        B, T = shape
 
         def check(P):
             model = yl.YourLlama(config, P, state)
             with torch.no_grad():
-                full = model(ids)                                                   # (B, 9, V)
-            cache = P.KVCache(config, 2, 9)
-            close(P.decode_step(model, ids[:, :5], cache), full[:, 4], "prefill's last logits vs your full forward")
-            for t in range(5, 9):
+                full = model(ids)                                                   # (B, T, V)
+            cache = P.KVCache(config, B, T)
+            close(P.decode_step(model, ids[:, :prefill], cache), full[:, prefill - 1],
+                  f"prefill's last logits{what} vs your full forward")
+            for t in range(prefill, T):
                 close(P.decode_step(model, ids[:, t:t + 1], cache), full[:, t],
-                      f"decode step at position {t} (your KV cache) vs your full forward")
+                      f"decode step at position {t}{what} (your KV cache) vs your full forward")
         return check
 
-    def greedy_check(self):
-        hf, config, state = self.hf(2, False, 6)
-        prompt = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(7))
+    def greedy_check(self, n_kv_heads: int = 2, tie: bool = False, seed: int = 6, shape=(2, 4), new_tokens: int = 6,
+                     what: str = ""):
+        """greedy_generate's tokens from a seeded prompt of ``shape`` against transformers' generate."""
+        hf, config, state = self.hf(n_kv_heads, tie, seed)
+        prompt = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))   # (B, T)
         with torch.no_grad():
-            expected = hf.generate(prompt, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0,
-                                   attention_mask=torch.ones_like(prompt))
+            expected = hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0, attention_mask=torch.ones_like(prompt))
 
         def check(P):
-            tokens = P.greedy_generate(yl.YourLlama(config, P, state), prompt, 6)
+            tokens = P.greedy_generate(yl.YourLlama(config, P, state), prompt, new_tokens)
             if not torch.equal(tokens, expected):
-                raise CheckFailed(f"greedy tokens {tokens.tolist()} differ from transformers' generate "
+                raise CheckFailed(f"greedy tokens{what} {tokens.tolist()} differ from transformers' generate "
                                   f"{expected.tolist()}")
         return check
 
@@ -555,19 +563,20 @@ class Capstone:
         from llama_course.loss import next_token_loss
         from llama_course.tokenizer.bpe import train_bpe
 
+        device = self.sizes.device
         sample = train_text[:3000]
         reference = train_bpe(sample, 272, SPECIAL)
         config = self.small_config(len(reference.vocab))
         package, init = self.package_model(config, seed=1)
-        x = torch.tensor(reference.encode(sample)[:4 * 17]).view(4, 17)                       # (4, 17)
-        expected = adam_losses(package, next_token_loss, x, steps=3)
+        x = torch.tensor(reference.encode(sample)[:4 * 17], device=device).view(4, 17)        # (4, 17)
+        expected = adam_losses(package.to(device), next_token_loss, x, steps=3)
 
         def proxy(P):
             tok = P.train_bpe(sample, 272, SPECIAL)
             ids = list(P.encode(sample, tok.vocab, tok.merges, SPECIAL))
             if ids != reference.encode(sample) or P.decode(ids, tok.vocab) != sample:
                 raise CheckFailed("tokenizer")
-            mine = yl.YourLlama(config, P, init)
+            mine = yl.YourLlama(config, P, init).to(device)
             close(torch.stack(adam_losses(mine, P.next_token_loss, x, steps=3)), torch.stack(expected),
                   "training losses")
         return proxy
@@ -595,13 +604,15 @@ class Capstone:
 
         def sampling(P):
             model, tok = self.sampling_model(P)
-            prompt = torch.tensor([P.encode("Title: The", tok.vocab, tok.merges, SPECIAL)])           # (1, T)
+            device = next(model.parameters()).device
+            prompt = torch.tensor([P.encode("Title: The", tok.vocab, tok.merges, SPECIAL)], device=device)  # (1, T)
             tokens = yl.sample_tokens(model, prompt, self.sizes.new_tokens, temperature, top_p, seed)
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator().manual_seed(seed)   # on the CPU, as yl.draw_next draws
             with torch.no_grad():
                 for i in range(prompt.shape[1], tokens.shape[1]):
                     logits = model(tokens[:, :i])[:, -1].float() / temperature                          # (1, V)
-                    expected = torch.multinomial(softmax(top_p_filter(logits, top_p), dim=-1), 1, generator=generator)
+                    probs = softmax(top_p_filter(logits, top_p), dim=-1).to(generator.device)          # (1, V)
+                    expected = torch.multinomial(probs, 1, generator=generator)
                     if int(tokens[0, i]) != int(expected[0, 0]):
                         raise CheckFailed(f"sampled token {i - prompt.shape[1]} is {int(tokens[0, i])}; the "
                                           f"package's nucleus of your logits with the same generator gives "
@@ -617,7 +628,7 @@ class Capstone:
             tok = P.train_bpe(self.corpus()[0][:20_000], 300, SPECIAL)
         if model is None:
             config = self.small_config(len(tok.vocab))
-            model = yl.YourLlama(config, P, self.package_model(config, seed=3)[1])
+            model = yl.YourLlama(config, P, self.package_model(config, seed=3)[1]).to(self.sizes.device)
         model.pieces = P
         return model, tok
 

@@ -211,3 +211,52 @@ def test_the_release_leaves_out_the_capstones_hidden_tests():
         sys.path.remove(str(REPO / "tools"))
     assert (REPO / "tests" / "hidden" / "capstone_checks.py").is_file()
     assert student_release.instructor_only("tests/hidden/capstone_checks.py", REPO)
+
+
+# -- the device of what the capstone makes (Sizes(device=...)): checked on the meta device, no GPU needed ------
+
+
+class Stop(Exception):
+    pass
+
+
+def meta_capstone(tmp_path):
+    import dataclasses
+
+    from llama_course.grade.capstone import Capstone
+
+    return Capstone(key_copy(tmp_path), dataclasses.replace(QUICK, device="meta"), out=lambda *_: None, hidden=False)
+
+
+def test_part_d_samples_on_the_models_device(tmp_path, monkeypatch):
+    """Part (d)'s prompt and model are on Sizes.device (here meta), not the CPU."""
+    from llama_course import your_llama as yl
+
+    seen = {}
+
+    def spy(model, prompt, *args, **kwargs):
+        seen.update(model=next(model.parameters()).device.type, prompt=prompt.device.type)
+        raise Stop
+
+    monkeypatch.setattr(yl, "sample_tokens", spy)
+    capstone = meta_capstone(tmp_path)
+    with pytest.raises(Stop):
+        capstone.sampling_check({})(yl.wire(capstone.student))
+    assert seen == {"model": "meta", "prompt": "meta"}
+
+
+def test_part_c_proxy_trains_on_the_sizes_device(tmp_path, monkeypatch):
+    """The stand-in that names part (c)'s piece trains on Sizes.device (here meta), its batch too."""
+    from llama_course.grade import capstone as grading
+
+    seen = []
+
+    def spy(model, loss_fn, x, steps):
+        seen.append((next(model.parameters()).device.type, x.device.type))
+        raise Stop
+
+    monkeypatch.setattr(grading, "adam_losses", spy)
+    capstone = meta_capstone(tmp_path)
+    with pytest.raises(Stop):
+        capstone.training_proxy(capstone.corpus()[0])
+    assert seen == [("meta", "meta")]
