@@ -241,7 +241,7 @@ def test_part_d_samples_on_the_models_device(tmp_path, monkeypatch):
     monkeypatch.setattr(yl, "sample_tokens", spy)
     capstone = meta_capstone(tmp_path)
     with pytest.raises(Stop):
-        capstone.sampling_check({})(yl.wire(capstone.student))
+        capstone.sampling_check({})(capstone.bench)
     assert seen == {"model": "meta", "prompt": "meta"}
 
 

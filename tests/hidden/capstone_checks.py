@@ -2,8 +2,9 @@
 leaves tests/hidden/ out).
 
 ``CHECKS``: {part: [(name, weight, factory)]}. ``factory(capstone)`` builds the oracle in the
-grader's process and returns ``check(pieces)``, which runs the student's pieces and raises
-CheckFailed (or any error) when they disagree. A part's hidden points (capstone.PARTS: points
+grader's process and returns ``check(bench)``, which runs the student's pieces through the bench
+(capstone.Bench: in the sandbox's worker, or in-process) and raises CheckFailed (or any error)
+when what comes back disagrees. A part's hidden points (capstone.PARTS: points
 minus what its public checks carry) are divided by weight, as the homework's hidden tests share a
 problem's points.
 
@@ -66,16 +67,16 @@ def unicode_tokenizer(capstone):
     text = capstone.corpus()[0][:4000] + UNICODE * 3
     expected = train_bpe(text, 290, SPECIAL)
 
-    def check(P):
-        tok = P.train_bpe(text, 290, SPECIAL)
-        if list(tok.merges) != list(expected.merges):
+    def check(S):
+        merges, _ = S.train_bpe("hidden unicode", text, 290)
+        if merges != [tuple(merge) for merge in expected.merges]:
             raise CheckFailed("train_bpe on text with accents, CJK and emoji: the merges differ from the "
                               "package tokenizer's")
-        ids = list(P.encode(UNICODE, tok.vocab, tok.merges, SPECIAL))
+        ids = S.encode("hidden unicode", UNICODE)
         if ids != expected.encode(UNICODE):
             raise CheckFailed("encode of text with accents, CJK, emoji and <|endoftext|> differs from the "
                               "package tokenizer's ids")
-        if P.decode(ids, tok.vocab) != UNICODE:
+        if S.decode("hidden unicode", ids) != UNICODE:
             raise CheckFailed("decode(encode(text)) is not the text (accents, CJK, emoji)")
     return check
 
@@ -88,12 +89,10 @@ def loss_and_gradient(capstone):
     expected = F.cross_entropy(reference[:, :-1].reshape(-1, 17), ids[:, 1:].reshape(-1))
     expected.backward()
 
-    def check(P):
-        mine = logits.clone().requires_grad_(True)
-        loss = P.next_token_loss(mine, ids)
-        close(loss.detach(), expected.detach(), "next_token_loss vs torch's cross-entropy")
-        loss.backward()
-        close(mine.grad, reference.grad, "the gradient of next_token_loss vs torch's cross-entropy's")
+    def check(S):
+        loss, grad = S.loss_and_grad(logits, ids)
+        close(loss, expected.detach(), "next_token_loss vs torch's cross-entropy")
+        close(grad, reference.grad, "the gradient of next_token_loss vs torch's cross-entropy's")
     return check
 
 
