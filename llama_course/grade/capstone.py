@@ -39,9 +39,18 @@ not defined in the student's file (the package's, imported under its name) is NO
 gives nothing; and while every check runs, a call watcher records any call from the student's
 files into the package's answering modules (attention, norm, rope, ffn, model, kv_cache,
 generate, gqa, loss, embedding, tokenizer); one such call costs the check its points, and
-every later check that uses the calling piece (the part's messages say which). Unlike the chapter
-grader, the capstone runs the student's code in this process (it is a self-check and an
-instructor's tool, not yet a sandboxed Gradescope assignment).
+every later check that uses the calling piece (the part's messages say which); a watcher that
+student code replaced costs every piece.
+
+Where the student's code runs: the command (`make capstone`, the Gradescope assignment) runs it
+in the grader's sandbox, the chapter grader's confinement (sandbox.confine: as root, a user of its
+own that cannot read the key, the hidden tests or the results, mount and network namespaces where
+the kernel allows them, memory, file and process limits; refused, grading nothing, where it cannot
+be had). The student's side (Bench: their pieces, and each computation that runs them, returning
+plain data) lives in the worker; the oracles, the hidden tests and every verdict stay in the
+grader. There, a failing part is localised against the package's functions (the key is hidden
+from the worker). `--in-process` (and grade() without a bench, as the book calls it) runs the
+student's own code in this process: a self-check, never for other people's code.
 """
 
 from __future__ import annotations
@@ -82,9 +91,9 @@ ORDER = ("tokenizer", "embedding", "loss", "RMSNorm", "attention", "RoPE", "SwiG
 
 @dataclass
 class Sizes:
-    """How big the capstone runs: the default (`make capstone`; its time is not yet measured on an idle
-    CPU: on a 2-core machine shared at load average 14-20 it did not finish part (c) in 25 minutes,
-    195 CPU-seconds, 405 MB peak) or quick (tests, Ch14's stored output: seconds)."""
+    """How big the capstone runs: the default (`make capstone`: the key's parts a-d took 241 CPU-seconds
+    and 406 MB in one process, 26 minutes of wall time on a 2-core machine at load average 7 to 21;
+    not measured idle) or quick (tests, Ch14's stored output)."""
 
     corpus_parts: tuple = ("stories_a.txt", "stories_b.txt", "explainers.txt")
     corpus_chars: int | None = None
@@ -981,9 +990,7 @@ def gradescope_results(parts: list, lines: list, unfinished: str = "") -> dict:
     return {"score": sum(t["score"] for t in tests), "output": output, "tests": tests}
 
 
-def main(argv=None) -> int:
-    from llama_course.grade import grader, sandbox
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llama_course.grade capstone",
                                      description="Grade the model assembled from your exercise files (Chapter 14).")
     parser.add_argument("folder", nargs="?", default="exercises", help="folder of chNN_*.py files (exercises/)")
@@ -1000,6 +1007,13 @@ def main(argv=None) -> int:
                         help="FOLDER is an upload (Gradescope): chNN_*.py files at any depth")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds the student's code may take in all")
     parser.add_argument("--gradescope", type=Path, default=None, help="write Gradescope's results.json here")
+    return parser
+
+
+def main(argv=None) -> int:
+    from llama_course.grade import grader, sandbox
+
+    parser = _parser()
     args = parser.parse_args(argv)
     sizes = Sizes(**{**vars(QUICK if args.quick else Sizes()), "device": args.device})
     lines = []

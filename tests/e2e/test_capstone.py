@@ -260,3 +260,45 @@ def test_part_c_proxy_trains_on_the_sizes_device(tmp_path, monkeypatch):
     with pytest.raises(Stop):
         capstone.training_proxy(capstone.corpus()[0])
     assert seen == [("meta", "meta")]
+
+
+# -- the grader's sandbox (the command's default) -------------------------------------------------------------
+
+
+def test_where_the_sandbox_cannot_be_had_nothing_is_graded(tmp_path, monkeypatch):
+    """sandbox.confine refusing (e.g. root with the course in a folder others cannot enter): the command
+    grades nothing, says why, and results.json scores 0; no student code ran."""
+    from llama_course.grade import capstone, sandbox
+
+    def refuse(*args, **kwargs):
+        raise sandbox.ConfinementError("the course's folder is closed to other users")
+
+    monkeypatch.setattr(sandbox, "confine", refuse)
+    monkeypatch.setattr(capstone, "Bench", None)  # any attempt to load the student's pieces here would fail
+    out = tmp_path / "results.json"
+    assert capstone.main([str(key_copy(tmp_path)), "--quick", "--gradescope", str(out)]) == 2
+    results = json.loads(out.read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "grading refused: the course's folder is closed to other users" in results["output"]
+
+
+TAMPER = """
+import llama_course.grade.capstone as grading
+grading.close = lambda *args, **kwargs: None          # every comparison passes, where this runs
+grading.CheckFailed = type("Never", (Exception,), {})
+"""
+
+
+def test_in_the_sandbox_student_code_cannot_reach_the_verdicts(tmp_path):
+    """A ch03_norm.py whose rms_norm forgets the weight and that patches the grader's comparisons:
+    in the sandbox the patch reaches only the worker's copy of the grader, and every logits check
+    of part (a) fails (the checkpoints' norm weights are not 1), naming RMSNorm."""
+    folder = key_copy(tmp_path)
+    plant(folder, "ch03_norm.py", "    return (weight * h.to(x.dtype)).to(x.dtype)\n", "    return h.to(x.dtype)\n")
+    (folder / "ch03_norm.py").write_text((folder / "ch03_norm.py").read_text() + TAMPER)
+    run = subprocess.run([sys.executable, "-m", "llama_course.grade", "capstone", str(folder), "--quick",
+                          "--parts", "a", "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
+                         cwd=REPO, timeout=1200)
+    assert "sandbox: " in run.stdout, run.stdout + run.stderr
+    part = json.loads((tmp_path / "r.json").read_text())["parts"][0]
+    assert part["score"] == 0 and part["culprit"] == "RMSNorm", run.stdout + run.stderr
