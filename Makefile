@@ -145,7 +145,7 @@ CHAPTERS ?=
 
 help::
 	@echo "make exercises   regenerate exercises/ from solutions/ (never overwrites an edited file)"
-	@echo "make autograder  the Gradescope zip (CHAPTERS=\"4 5\" for one assignment) in _build/"
+	@echo "make autograder  the Gradescope zip (CHAPTERS=\"4 5\" for one assignment; CAPSTONE=1: the capstone) in _build/"
 	@echo "make student-release REPO=URL  dist/llama-course-student.tar.gz: the students' repository at URL"
 	@echo "make colab-cells rewrite every notebook's Colab install cell from _config.yml"
 	@echo "make lock        re-pin requirements.lock and requirements-grade.txt from .venv"
@@ -154,7 +154,7 @@ exercises: install
 	$(PY) -m llama_course.grade.stubs solutions exercises
 
 autograder: install
-	$(PY) -m llama_course.grade.autograder $(foreach c,$(CHAPTERS),--chapter $(c))
+	$(PY) -m llama_course.grade.autograder $(foreach c,$(CHAPTERS),--chapter $(c)) $(if $(CAPSTONE),--capstone)
 
 # The students' repository (REPO=its https URL: the release's book, notebooks and clone line point there):
 # no key, no hidden tests, no instructor-only files, a git history of one commit on main (tools/student_release.py).

@@ -11,6 +11,13 @@ run_autograder for each submission: the student's chNN_*.py files, found at any 
 upload (loose files, a folder, exercises/, a zip inside), are graded and
 /autograder/results/results.json written.
 
+    python -m llama_course.grade.autograder --capstone [--out ZIP]             (or: make autograder CAPSTONE=1)
+
+The capstone (Chapter 14) is an assignment of its own: its zip holds the package (the capstone's
+grader and the course corpus included) and the capstone's hidden tests, no chapter's tests; its
+run_autograder runs `python -m llama_course.grade capstone --upload --gradescope`, the student's
+code in the grader's sandbox, and writes one row per check (100 points).
+
     python -m llama_course.grade.autograder --requirements       the pins of requirements-grade.txt
     python -m llama_course.grade.autograder --collect SRC DEST   copy a submission's files to DEST
 """
@@ -109,6 +116,18 @@ if [ -d "$SOURCE/tests/hidden" ]; then TESTS+=(--tests "$SOURCE/tests/hidden"); 
 """
 
 
+RUN_CAPSTONE = RUN_AUTOGRADER.split("cd \"$SOURCE\"")[0].replace(
+    "# Grade one submission.", "# Grade one capstone submission (Chapter 14).") + """\
+cd "$SOURCE"
+export PYTHONPATH="$SOURCE${PYTHONPATH:+:$PYTHONPATH}"
+# the student's chNN_*.py files, wherever they sit in the upload, assembled into one LLaMA in the
+# grader's sandbox; CAPSTONE_ARGS adds options (--quick: the smallest sizes, for a trial run).
+ARGS=(--upload --gradescope "$ROOT/results/results.json")
+"$PY" -m llama_course.grade capstone "$ROOT/submission" "${ARGS[@]}" ${CAPSTONE_ARGS:-}
+"""
+CAPSTONE_HIDDEN = "tests/hidden/capstone_checks.py"
+
+
 def chapter_of(path: Path) -> int | None:
     match = re.fullmatch(r"test_ch(\d\d)_\w+\.py", path.name)
     return int(match[1]) if match else None
@@ -128,20 +147,26 @@ def graded_chapters(repo: Path = REPO) -> list[int]:
     return sorted({chapter_of(p) for p in (repo / "tests" / "graded").glob("test_ch*.py")} - {None})
 
 
-def build(out: Path, chapters: list[int] | None = None, repo: Path = REPO) -> Path:
-    """Write the autograder zip for these chapters (all when empty); returns its path."""
+def build(out: Path, chapters: list[int] | None = None, repo: Path = REPO, capstone: bool = False) -> Path:
+    """Write the autograder zip for these chapters (all when empty), or for the capstone; returns its path."""
     chapters = sorted(set(chapters or []))
+    if capstone and chapters:
+        raise ValueError("chapters: the capstone is an assignment of its own; give no --chapter with --capstone")
     unknown = sorted(set(chapters) - set(graded_chapters(repo)))
     if unknown:
         raise ValueError(f"chapters: no graded tests for chapter(s) {unknown} in tests/graded")
-    files = [repo / "pyproject.toml", repo / "README.md", repo / REQUIREMENTS, repo / "tools" / "install_torch.sh",
-             repo / "tests" / "conftest.py"]
+    files = [repo / "pyproject.toml", repo / "README.md", repo / REQUIREMENTS, repo / "tools" / "install_torch.sh"]
     files += sorted(p for p in (repo / "llama_course").rglob("*")
                     if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
-    files += test_files(repo / "tests" / "graded", chapters) + test_files(repo / "tests" / "hidden", chapters)
+    if capstone:
+        files += [repo / CAPSTONE_HIDDEN] if (repo / CAPSTONE_HIDDEN).is_file() else []
+    else:
+        files += [repo / "tests" / "conftest.py"]
+        files += test_files(repo / "tests" / "graded", chapters) + test_files(repo / "tests" / "hidden", chapters)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        scripts = (("setup.sh", SETUP_SH.format(floor=GRADING_PYTHON_FLOOR)), ("run_autograder", RUN_AUTOGRADER))
+        run = RUN_CAPSTONE if capstone else RUN_AUTOGRADER
+        scripts = (("setup.sh", SETUP_SH.format(floor=GRADING_PYTHON_FLOOR)), ("run_autograder", run))
         for name, text in scripts:
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o100755 << 16  # executable
@@ -151,8 +176,8 @@ def build(out: Path, chapters: list[int] | None = None, repo: Path = REPO) -> Pa
     return out
 
 
-def default_out(chapters: list[int]) -> Path:
-    suffix = "".join(f"-ch{n:02d}" for n in sorted(set(chapters)))
+def default_out(chapters: list[int], capstone: bool = False) -> Path:
+    suffix = "-capstone" if capstone else "".join(f"-ch{n:02d}" for n in sorted(set(chapters)))
     return REPO / "_build" / f"autograder{suffix}.zip"
 
 
@@ -308,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--chapter", type=int, action="append", default=[],
                         help="a chapter of the assignment (repeatable; default: every chapter)")
-    parser.add_argument("--out", type=Path, help="the zip to write (default: _build/autograder[-chNN...].zip)")
+    parser.add_argument("--capstone", action="store_true", help="the capstone's assignment (Chapter 14), not chapters'")
+    parser.add_argument("--out", type=Path,
+                        help="the zip to write (default: _build/autograder[-chNN...|-capstone].zip)")
     parser.add_argument("--requirements", action="store_true", help="print requirements-grade.txt and exit")
     parser.add_argument("--collect", nargs=2, type=Path, metavar=("SUBMISSION", "DEST"),
                         help="copy a submission's chNN_*.py files into DEST and exit")
@@ -323,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"submission: {note}")
         return 0
     try:
-        out = build(args.out or default_out(args.chapter), args.chapter)
+        out = build(args.out or default_out(args.chapter, args.capstone), args.chapter, capstone=args.capstone)
     except ValueError as error:
         parser.error(str(error))
-    chapters = ", ".join(map(str, args.chapter)) or "all"
+    chapters = "the capstone" if args.capstone else ", ".join(map(str, args.chapter)) or "all"
     hidden = "included" if (REPO / "tests" / "hidden").is_dir() else "none in this tree"
     print(f"wrote {out} (chapters: {chapters}; hidden tests: {hidden})")
     return 0

@@ -39,17 +39,31 @@ not defined in the student's file (the package's, imported under its name) is NO
 gives nothing; and while every check runs, a call watcher records any call from the student's
 files into the package's answering modules (attention, norm, rope, ffn, model, kv_cache,
 generate, gqa, loss, embedding, tokenizer); one such call costs the check its points, and
-every later check that uses the calling piece (the part's messages say which). Unlike the chapter
-grader, the capstone runs the student's code in this process (it is a self-check and an
-instructor's tool, not yet a sandboxed Gradescope assignment).
+every later check that uses the calling piece (the part's messages say which); a watcher that
+student code replaced costs every piece.
+
+Where the student's code runs: the command (`make capstone`, the Gradescope assignment) runs it
+in the grader's sandbox, the chapter grader's confinement (sandbox.confine: as root, a user of its
+own that cannot read the key, the hidden tests or the results, mount and network namespaces where
+the kernel allows them, memory, file and process limits; refused, grading nothing, where it cannot
+be had). The student's side (Bench: their pieces, and each computation that runs them, returning
+plain data) lives in the worker; the oracles, the hidden tests and every verdict stay in the
+grader. There, a failing part is localised against the package's functions (the key is hidden
+from the worker). `--in-process` (and grade() without a bench, as the book calls it) runs the
+student's own code in this process: a self-check, never for other people's code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import math
+import os
+import re
 import sys
+import tempfile
 import textwrap
 import time
 import traceback
@@ -77,9 +91,9 @@ ORDER = ("tokenizer", "embedding", "loss", "RMSNorm", "attention", "RoPE", "SwiG
 
 @dataclass
 class Sizes:
-    """How big the capstone runs: the default (`make capstone`; its time is not yet measured on an idle
-    CPU: on a 2-core machine shared at load average 14-20 it did not finish part (c) in 25 minutes,
-    195 CPU-seconds, 405 MB peak) or quick (tests, Ch14's stored output: seconds)."""
+    """How big the capstone runs: the default (`make capstone`: the key's parts a-d took 241 CPU-seconds
+    and 406 MB in one process, 26 minutes of wall time on a 2-core machine at load average 7 to 21;
+    not measured idle) or quick (tests, Ch14's stored output)."""
 
     corpus_parts: tuple = ("stories_a.txt", "stories_b.txt", "explainers.txt")
     corpus_chars: int | None = None
@@ -183,21 +197,30 @@ class Watcher:
             if (name, where) not in [s[:2] for s in self.seen]:
                 self.seen.append((name, where, Path(caller.f_code.co_filename).stem, caller.f_code.co_name))
 
-    def pieces(self) -> list[str]:
-        """The pieces whose functions made the calls seen: the caller's piece, else every piece of its file."""
-        out = []
-        for _, _, stem, function in self.seen:
-            found = [yl.NAMES[function]] if function in yl.NAMES else [
-                piece for piece, (file, _) in yl.PIECES.items() if file == stem]
-            out += [piece for piece in found if piece not in out]
-        return out
 
-    def problem(self) -> str:
-        if not self.seen:
-            return ""
-        return ("no points: your files called the package's " +
-                "; ".join(f"{name} ({where})" for name, where, *_ in self.seen[:3]) +
-                ". Every piece of the capstone must be your own function.")
+
+TAMPERED = "your code replaced the grader's call watcher (sys.setprofile or threading.setprofile)"
+
+
+def seen_pieces(seen) -> list[str]:
+    """The pieces whose functions made the calls ``seen`` (Watcher.seen's entries): the caller's piece,
+    else every piece of its file."""
+    out = []
+    for _, _, stem, function in seen:
+        found = [yl.NAMES[function]] if function in yl.NAMES else [
+            piece for piece, (file, _) in yl.PIECES.items() if file == stem]
+        out += [piece for piece in found if piece not in out]
+    return out
+
+
+def seen_problem(seen, tampered: bool = False) -> str:
+    if tampered:
+        return f"no points: {TAMPERED}. Every piece of the capstone must run where the grader can watch it."
+    if not seen:
+        return ""
+    return ("no points: your files called the package's " +
+            "; ".join(f"{name} ({where})" for name, where, *_ in seen[:3]) +
+            ". Every piece of the capstone must be your own function.")
 
 
 def _codes(name, value, module_name):
@@ -279,34 +302,33 @@ def package_pieces() -> yl.Pieces:
     return pieces
 
 
-def localise(check, student: yl.Pieces, reference: yl.Pieces, order=ORDER) -> str:
+def localise(check, bench, order=ORDER) -> str:
     """The first piece (in ``order``) that makes ``check`` fail when it alone is the student's.
 
-    Pieces the reference lacks (the package has no block, model or KV cache to stand in for the
-    student's) stay the student's throughout; if those alone already fail, they are named together.
+    Pieces the bench's reference lacks (the package has no block, model or KV cache to stand in for
+    the student's) stay the student's throughout; if those alone already fail, they are named together.
     """
-    lacking = tuple(piece for piece in yl.PIECES if piece in reference.missing)
-    base = yl.mix(reference, student, lacking) if lacking else reference
-    if not _passes(check, yl.wire(base)):
+    lacking = tuple(bench.lacking)
+    if not _passes(check, bench, ()):
         if lacking:
             return f"one of {', '.join(lacking)} (this copy has no reference to tell them apart)"
         return "(the reference itself fails this check: no piece can be named)"
     for piece in order:
-        if piece in lacking:
-            continue
-        if not _passes(check, yl.mix(base, student, (piece,))):
+        if piece not in lacking and not _passes(check, bench, (piece,)):
             return piece
     return "(no single piece: the pieces fail only together)"
 
 
-def _passes(check, pieces) -> bool:
+def _passes(check, bench, take) -> bool:
     try:
-        check(pieces)
+        bench.use(take)
+        check(bench)
         return True
     except Exception:
         return False
     finally:
-        yl.wire(pieces)
+        with contextlib.suppress(Exception):  # a worker that died says so at the next check
+            bench.use(None)
 
 
 # ------------------------------------------------------------------------------ oracles
@@ -330,57 +352,235 @@ def hf_model(n_kv_heads: int, tie: bool, seed: int, rope_theta: float = 10000.0)
     return model, course, state
 
 
+# ------------------------------------------------------------------------------ the student's side
+
+
+def _watched(method):
+    """Run a Bench method under the call watcher; record what it saw, and whether the hook was replaced."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        watcher = Watcher(self.folder)
+        with watcher:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.tampered = self.tampered or sys.getprofile() != watcher._profile
+                self.seen += [entry for entry in watcher.seen if entry not in self.seen]
+    return run
+
+
+class Bench:
+    """The student's side of the capstone: their pieces, and every computation that runs them, each
+    returning plain data (tensors, lists, numbers, text) for the grader to judge.
+
+    In-process (``grade(..., sandboxed=False)``, the book) it is called directly. Sandboxed (the
+    command, the Gradescope assignment) it lives in the grader's confined worker (sandbox.Sandbox
+    imports this file there) and the grader holds a Remote: the oracles, the hidden tests and every
+    verdict stay in the grader, which the student's code cannot reach."""
+
+    def __init__(self, folder, refused: dict, reference: str = "package", device: str = "cpu"):
+        self.folder = Path(folder)
+        self.student = yl.load_pieces(folder, refused=refused)
+        self.reference = reference_pieces() if reference == "key" else package_pieces()
+        self.lacking = tuple(piece for piece in yl.PIECES if piece in self.reference.missing)
+        self.pieces, self.device, self.store = self.student, device, {}
+        self.seen, self.tampered = [], False
+
+    def served_by(self) -> dict:
+        return self.student.served_by()
+
+    def refuse(self, piece: str, why: str) -> None:
+        self.student.refuse(piece, why)
+
+    def use(self, take) -> None:
+        """Run on the student's pieces (None), or on the reference with only ``take``'s pieces theirs
+        (and the pieces the reference lacks)."""
+        if take is None:
+            self.pieces = yl.wire(self.student)
+            return
+        base = yl.mix(self.reference, self.student, self.lacking) if self.lacking else self.reference
+        self.pieces = yl.mix(base, self.student, tuple(take))
+
+    def report(self) -> tuple[list, bool]:
+        """(the calls into the package seen, whether the watcher was replaced) since the last report."""
+        seen, tampered, self.seen, self.tampered = self.seen, self.tampered, [], False
+        return [list(entry) for entry in seen], tampered
+
+    @_watched
+    def logits(self, config, state, ids):
+        """Your model's logits (B, T, V) of ``ids`` with the weights ``state``."""
+        with torch.no_grad():
+            return yl.YourLlama(config, self.pieces, state)(ids)
+
+    @_watched
+    def cached_logits(self, config, state, ids, prefill: int):
+        """Your full forward's logits (B, T, V); your decode_step's after a prefill of ``prefill``
+        tokens and then after each next token: [(B, V)] at positions prefill-1 .. T-1."""
+        P = self.pieces
+        model = yl.YourLlama(config, P, state)
+        with torch.no_grad():
+            full = model(ids)                                                                  # (B, T, V)
+        cache = P.KVCache(config, ids.shape[0], ids.shape[1])
+        steps = [P.decode_step(model, ids[:, :prefill], cache)]                                # (B, V)
+        return full, steps + [P.decode_step(model, ids[:, t:t + 1], cache) for t in range(prefill, ids.shape[1])]
+
+    @_watched
+    def greedy(self, config, state, prompt, new_tokens: int):
+        return self.pieces.greedy_generate(yl.YourLlama(config, self.pieces, state), prompt, new_tokens)
+
+    @_watched
+    def train_bpe(self, name: str, text: str, vocab_size: int):
+        """Train your tokenizer on ``text``, keep it as ``name``: (its merges, its vocabulary size)."""
+        tok = self.pieces.train_bpe(text, vocab_size, SPECIAL)
+        self.store[name] = tok
+        return [tuple(merge) for merge in tok.merges], len(tok.vocab)
+
+    @_watched
+    def encode(self, name: str, text: str) -> list:
+        tok = self.store[name]
+        return list(self.pieces.encode(text, tok.vocab, tok.merges, SPECIAL))
+
+    @_watched
+    def decode(self, name: str, ids: list) -> str:
+        return self.pieces.decode(list(ids), self.store[name].vocab)
+
+    def vocab(self, name: str) -> dict:
+        return {int(i): bytes(b) for i, b in self.store[name].vocab.items()}
+
+    @_watched
+    def loss_and_grad(self, logits, ids):
+        """Your next_token_loss of ``logits`` against ``ids``, and its gradient with respect to the logits."""
+        logits = logits.detach().clone().requires_grad_(True)
+        loss = self.pieces.next_token_loss(logits, ids)
+        loss.backward()
+        return loss.detach(), logits.grad
+
+    @_watched
+    def training_losses(self, config, init, x, steps: int):
+        """Your model from ``init`` on x's device, ``steps`` AdamW steps on the batch x: the losses (steps,)."""
+        model = yl.YourLlama(config, self.pieces, init).to(x.device)
+        return torch.stack(adam_losses(model, self.pieces.next_token_loss, x, steps))
+
+    @_watched
+    def train(self, config, init, train_text: str, val_text: str, sizes, tokenizer=None) -> dict:
+        """Your tokenizer (the one kept as ``tokenizer``, else one trained now), your model from ``init``
+        and your loss through the Chapter 11 loop: its history, with your vocabulary's size."""
+        P = self.pieces
+        tok = self.store.get(tokenizer) or P.train_bpe(train_text, sizes.vocab_size, SPECIAL)
+        history = {"vocab_size": len(tok.vocab)}
+        if len(tok.vocab) != config.vocab_size:
+            return history
+        train_ids, val_ids = (torch.tensor(P.encode(text, tok.vocab, tok.merges, SPECIAL), device=sizes.device)
+                              for text in (train_text, val_text))
+        model = yl.YourLlama(config, P, init).to(sizes.device)
+        history.update(train_loop(model, P.next_token_loss, train_ids, val_ids, sizes))
+        self.store["model"], self.store["trained"] = model, tok
+        return history
+
+    @_watched
+    def sample(self, config, init, tokenizer: str, prompt: str, new_tokens: int, temperature: float, top_p: float,
+               seed: int):
+        """Your sampler through your KV cache after ``prompt``, with part (c)'s trained model (config
+        None) or one of ``init``: the tokens (1, T + n), the prompt's length T, and your full
+        forward's last logits before each new token [(1, V)]."""
+        P = self.pieces
+        model = self.store["model"] if config is None else yl.YourLlama(config, P, init).to(self.device)
+        model.pieces, tok = P, self.store[tokenizer]
+        device = next(model.parameters()).device
+        ids = torch.tensor([P.encode(prompt, tok.vocab, tok.merges, SPECIAL)], device=device)        # (1, T)
+        tokens = yl.sample_tokens(model, ids, new_tokens, temperature, top_p, seed)              # (1, T + n)
+        with torch.no_grad():
+            logits = [model(tokens[:, :i])[:, -1] for i in range(ids.shape[1], tokens.shape[1])]  # [(1, V)]
+        return tokens, ids.shape[1], logits
+
+
+def train_loop(model, loss_fn, train_ids, val_ids, sizes: Sizes, seed: int = 0) -> dict:
+    """The Chapter 11 loop: AdamW (decay on matrices), warmup + cosine, clipping; returns its history."""
+    from llama_course.train import TrainConfig, get_batch, lr_at, make_optimizer
+
+    s = sizes
+    cfg = TrainConfig(steps=s.steps, batch_size=s.batch_size, context_length=s.context_length, lr=s.lr,
+                      warmup_steps=s.warmup_steps, eval_batches=s.eval_batches, seed=seed, progress=False)
+    optimizer, generator = make_optimizer(model, cfg), torch.Generator().manual_seed(seed)
+    history = {"step": [], "train_loss": [], "val_loss": None}
+    model.train()
+    for step in range(cfg.steps):
+        x = get_batch(train_ids, cfg.batch_size, cfg.context_length, generator, s.device)   # (B, T+1)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), x)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        history["step"].append(step)
+        history["train_loss"].append(loss.item())
+    model.eval()
+    val_gen, losses = torch.Generator().manual_seed(seed + 1), []
+    with torch.no_grad():
+        for _ in range(cfg.eval_batches):
+            x = get_batch(val_ids, cfg.batch_size, cfg.context_length, val_gen, s.device)
+            losses.append(loss_fn(model(x), x).item())
+    history["val_loss"] = sum(losses) / len(losses)
+    return history
+
+
 # ------------------------------------------------------------------------------ parts
 
 
 class Capstone:
-    def __init__(self, folder: Path, sizes: Sizes, out=print, hidden: bool = True):
+    """The grader's side: oracles, checks and verdicts. ``bench``: the student's side (a Bench, or
+    a Remote for one in the sandbox's worker); None: a Bench in this process."""
+
+    def __init__(self, folder: Path, sizes: Sizes, out=print, hidden: bool = True, bench=None):
         self.folder, self.sizes, self.out = folder, sizes, out
-        self.student = yl.load_pieces(folder, refused=rule_problems(folder))
-        self.reference = reference_pieces()
+        key = "key" if (REPO / "solutions" / "ch07_model.py").is_file() else "package"
+        self.bench = bench if bench is not None else Bench(folder, rule_problems(folder), key, sizes.device)
         self.hidden = hidden_checks() if hidden else {}
-        self.trained = None   # (model, tokenizer) from part (c)
+        self.trained = False  # part (c) trained your model: part (d) samples from it
         self.curves = {}
         self._hf = {}
 
-    def hf(self, n_kv_heads, tie, seed):
-        key = (n_kv_heads, tie, seed)
+    def hf(self, n_kv_heads, tie, seed, rope_theta=10000.0):
+        key = (n_kv_heads, tie, seed, rope_theta)
         if key not in self._hf:
-            self._hf[key] = hf_model(n_kv_heads, tie, seed)
+            self._hf[key] = hf_model(n_kv_heads, tie, seed, rope_theta)
         return self._hf[key]
 
     def run_check(self, part: Part, check: Check, fn, order=ORDER, localise_with=None):
-        """Run ``fn(student pieces)`` under the call watcher (every check, training included); on
-        failure name the first disagreeing piece."""
-        watcher = Watcher(self.folder)
+        """Run ``fn(bench)`` (the call watcher watches each of the bench's computations, training
+        included); on failure name the first disagreeing piece."""
+        from llama_course.grade.sandbox import StudentCrash, StudentTimeout
+
         try:
-            with watcher:
-                fn(yl.wire(self.student))
-            problem = watcher.problem()
+            self.bench.report()  # forget what localising an earlier check saw
+            fn(self.bench)
+            seen, tampered = self.bench.report()
+            problem = seen_problem(seen, tampered)
             if problem:
-                for piece in watcher.pieces():  # and every later check that uses these pieces
-                    self.student.refuse(piece, problem)
+                for piece in (seen_pieces(seen) if not tampered else yl.PIECES):  # and every later check using them
+                    self.bench.refuse(piece, problem)
                 raise CheckFailed(problem)
             check.score = check.points
             check.message = "passed"
         except Exception as error:
             check.message = _describe(error)
-            if not part.culprit:
-                part.culprit = localise(localise_with or fn, self.student, self.reference, order)
+            if not part.culprit and not isinstance(error, (StudentCrash, StudentTimeout)):
+                part.culprit = localise(localise_with or fn, self.bench, order)
         part.checks.append(check)
 
     # (a) ------------------------------------------------------------------------------------
-    def logits_check(self, n_kv_heads, tie, seed):
-        hf, config, state = self.hf(n_kv_heads, tie, seed)
-        ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(seed + 1))
+    def logits_check(self, n_kv_heads, tie, seed, shape=(2, 8), rope_theta=10000.0, what=""):
+        """Your logits of seeded ids of ``shape`` against transformers' (the hidden tests call it with
+        other shapes and rope_theta; ``what`` names them)."""
+        hf, config, state = self.hf(n_kv_heads, tie, seed, rope_theta)
+        ids = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))     # (B, T)
         with torch.no_grad():
-            expected = hf(ids).logits
+            expected = hf(ids).logits                                                          # (B, T, V)
+        what = what or f"({'GQA' if n_kv_heads < 4 else 'MHA'}, {'tied' if tie else 'untied'} head)"
 
-        def check(P):
-            with torch.no_grad():
-                close(yl.YourLlama(config, P, state)(ids), expected,
-                      f"logits ({'GQA' if n_kv_heads < 4 else 'MHA'}, {'tied' if tie else 'untied'} head) "
-                      f"vs transformers' LlamaForCausalLM")
+        def check(S):
+            close(S.logits(config, state, ids), expected, f"logits {what} vs transformers' LlamaForCausalLM")
         return check
 
     def part_a(self) -> Part:
@@ -390,33 +590,37 @@ class Capstone:
         return self.run_hidden(part, ORDER)
 
     # (b) ------------------------------------------------------------------------------------
-    def cache_check(self):
-        _, config, state = self.hf(2, False, 4)
-        ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(5))
+    def cache_check(self, n_kv_heads: int = 2, tie: bool = False, seed: int = 4, shape=(2, 9), prefill: int = 5,
+                    what: str = ""):
+        """Your KV cache: a prefill of ``prefill`` tokens, then one token a step, each step's logits
+        against your own full forward (the hidden tests call it with other shapes; ``what`` names them)."""
+        _, config, state = self.hf(n_kv_heads, tie, seed)
+        ids = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))   # (B, T)
 
-        def check(P):
-            model = yl.YourLlama(config, P, state)
-            with torch.no_grad():
-                full = model(ids)                                                   # (B, 9, V)
-            cache = P.KVCache(config, 2, 9)
-            close(P.decode_step(model, ids[:, :5], cache), full[:, 4], "prefill's last logits vs your full forward")
-            for t in range(5, 9):
-                close(P.decode_step(model, ids[:, t:t + 1], cache), full[:, t],
-                      f"decode step at position {t} (your KV cache) vs your full forward")
+        def check(S):
+            full, steps = S.cached_logits(config, state, ids, prefill)                         # (B, T, V), [(B, V)]
+            if not isinstance(steps, list) or len(steps) != shape[1] - prefill + 1:
+                raise CheckFailed(f"decode_step{what} gave {len(steps)} steps' logits, expected "
+                                  f"{shape[1] - prefill + 1}")
+            close(steps[0], full[:, prefill - 1], f"prefill's last logits{what} vs your full forward")
+            for t, step in zip(range(prefill, shape[1]), steps[1:]):
+                close(step, full[:, t], f"decode step at position {t}{what} (your KV cache) vs your full forward")
         return check
 
-    def greedy_check(self):
-        hf, config, state = self.hf(2, False, 6)
-        prompt = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(7))
+    def greedy_check(self, n_kv_heads: int = 2, tie: bool = False, seed: int = 6, shape=(2, 4), new_tokens: int = 6,
+                     what: str = ""):
+        """greedy_generate's tokens from a seeded prompt of ``shape`` against transformers' generate."""
+        hf, config, state = self.hf(n_kv_heads, tie, seed)
+        prompt = torch.randint(0, 97, shape, generator=torch.Generator().manual_seed(seed + 1))   # (B, T)
         with torch.no_grad():
-            expected = hf.generate(prompt, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0,
-                                   attention_mask=torch.ones_like(prompt))
+            expected = hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0, attention_mask=torch.ones_like(prompt))
 
-        def check(P):
-            tokens = P.greedy_generate(yl.YourLlama(config, P, state), prompt, 6)
-            if not torch.equal(tokens, expected):
-                raise CheckFailed(f"greedy tokens {tokens.tolist()} differ from transformers' generate "
-                                  f"{expected.tolist()}")
+        def check(S):
+            tokens = S.greedy(config, state, prompt, new_tokens)
+            if not isinstance(tokens, torch.Tensor) or not torch.equal(tokens, expected):
+                raise CheckFailed(f"greedy tokens{what} {getattr(tokens, 'tolist', lambda: tokens)()} differ from "
+                                  f"transformers' generate {expected.tolist()}")
         return check
 
     def part_b(self) -> Part:
@@ -436,55 +640,26 @@ class Capstone:
         cut = int(len(text) * 0.9)
         return text[:cut], text[cut:]
 
-    def tokenizer_check(self, train_text, val_text, store):
+    def tokenizer_check(self, train_text, val_text, name="tokenizer"):
+        """Your train_bpe's merges, encode's ids of the validation text and decode(encode(text)) against
+        the package tokenizer's; your tokenizer is kept as ``name``."""
         from llama_course.tokenizer.bpe import train_bpe
 
         expected = train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
+        merges = [tuple(merge) for merge in expected.merges]
 
-        def check(P, text=train_text):
-            tok = P.train_bpe(text, self.sizes.vocab_size, SPECIAL)
-            if list(tok.merges) != list(expected.merges):
-                first = next((i for i, (a, b) in enumerate(zip(tok.merges, expected.merges)) if a != b),
-                             min(len(tok.merges), len(expected.merges)))
+        def check(S):
+            mine, _ = S.train_bpe(name, train_text, self.sizes.vocab_size)
+            if mine != merges:
+                first = next((i for i, (a, b) in enumerate(zip(mine, merges)) if a != b), min(len(mine), len(merges)))
                 raise CheckFailed(f"train_bpe: merge {first} differs from the package tokenizer's "
-                                  f"({len(tok.merges)} merges, expected {len(expected.merges)})")
-            ids = P.encode(val_text, tok.vocab, tok.merges, SPECIAL)
-            if list(ids) != expected.encode(val_text):
+                                  f"({len(mine)} merges, expected {len(merges)})")
+            ids = S.encode(name, val_text)
+            if ids != expected.encode(val_text):
                 raise CheckFailed("encode: the validation text's ids differ from the package tokenizer's")
-            if P.decode(list(ids), tok.vocab) != val_text:
+            if S.decode(name, ids) != val_text:
                 raise CheckFailed("decode(encode(text)) is not the text")
-            store["tokenizer"] = tok
-        return check, expected
-
-    def train(self, model, loss_fn, train_ids, val_ids, seed=0):
-        """The Chapter 11 loop: AdamW (decay on matrices), warmup + cosine, clipping; returns history."""
-        from llama_course.train import TrainConfig, get_batch, lr_at, make_optimizer
-
-        s = self.sizes
-        cfg = TrainConfig(steps=s.steps, batch_size=s.batch_size, context_length=s.context_length, lr=s.lr,
-                          warmup_steps=s.warmup_steps, eval_batches=s.eval_batches, seed=seed, progress=False)
-        optimizer, generator = make_optimizer(model, cfg), torch.Generator().manual_seed(seed)
-        history = {"step": [], "train_loss": [], "val_loss": None}
-        model.train()
-        for step in range(cfg.steps):
-            x = get_batch(train_ids, cfg.batch_size, cfg.context_length, generator, s.device)   # (B, T+1)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, cfg)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), x)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            history["step"].append(step)
-            history["train_loss"].append(loss.item())
-        model.eval()
-        val_gen, losses = torch.Generator().manual_seed(seed + 1), []
-        with torch.no_grad():
-            for _ in range(cfg.eval_batches):
-                x = get_batch(val_ids, cfg.batch_size, cfg.context_length, val_gen, s.device)
-                losses.append(loss_fn(model(x), x).item())
-        history["val_loss"] = sum(losses) / len(losses)
-        return history
+        return check
 
     def small_config(self, vocab_size: int) -> LlamaConfig:
         s = self.sizes
@@ -512,19 +687,23 @@ class Capstone:
         tokenizer = train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
         config = self.small_config(len(tokenizer.vocab))
         package, init = self.package_model(config)
-        train_ids, val_ids = (torch.tensor(tokenizer.encode(text)).to(device) for text in (train_text, val_text))
-        history = self.train(package.to(device), next_token_loss, train_ids, val_ids)
+        train_ids, val_ids = (torch.tensor(tokenizer.encode(text), device=device) for text in (train_text, val_text))
+        history = train_loop(package.to(device), next_token_loss, train_ids, val_ids, self.sizes)
         self.curves["package"] = history
         return config, init, history
 
-    def training_check(self, train_text, val_text, store):
-        """The check of part (c)'s 20 points: your tokenizer, loss and model trained as the package's
-        was; the validation losses within MARGIN."""
+    def training_check(self, train_text, val_text, tokenizer):
+        """The check of part (c)'s 15 points: your tokenizer (kept as ``tokenizer``, None: trained in
+        the check), loss and model trained as the package's was; the validation losses within MARGIN."""
         started = time.perf_counter()
         config, init, reference = self.package_run(train_text, val_text)
 
-        def check(P):
-            history = self.train_yours(P, config, init, train_text, val_text, store)
+        def check(S):
+            history = S.train(config, init, train_text, val_text, self.sizes, tokenizer)
+            if history.get("vocab_size") != config.vocab_size:
+                raise CheckFailed(f"your tokenizer has {history.get('vocab_size')} tokens, the package's "
+                                  f"{config.vocab_size}")
+            self.trained, self.curves["yours"] = True, history
             gap = history["val_loss"] - reference["val_loss"]
             self.out(f"    validation loss: yours {history['val_loss']:.4f}, the package's "
                      f"{reference['val_loss']:.4f} (difference {gap:+.4f}; margin {MARGIN}); "
@@ -535,103 +714,85 @@ class Capstone:
                                   f"and budget)")
         return check
 
-    def train_yours(self, P, config, init, train_text, val_text, store) -> dict:
-        """Your tokenizer's ids, your model from the package's initial weights, the same loop: its history."""
-        device = self.sizes.device
-        tok = store.get("tokenizer") or P.train_bpe(train_text, self.sizes.vocab_size, SPECIAL)
-        if len(tok.vocab) != config.vocab_size:
-            raise CheckFailed(f"your tokenizer has {len(tok.vocab)} tokens, the package's {config.vocab_size}")
-        train_ids, val_ids = (torch.tensor(P.encode(text, tok.vocab, tok.merges, SPECIAL)).to(device)
-                              for text in (train_text, val_text))
-        model = yl.YourLlama(config, P, init).to(device)
-        history = self.train(model, P.next_token_loss, train_ids, val_ids)
-        self.curves["yours"] = history
-        store["model"] = model
-        return history
-
     def training_proxy(self, train_text):
         """A quick stand-in for the training check, to name the piece: a little tokenizer training
         and three AdamW steps on one fixed batch, against the package's tokenizer and model."""
         from llama_course.loss import next_token_loss
         from llama_course.tokenizer.bpe import train_bpe
 
+        device = self.sizes.device
         sample = train_text[:3000]
         reference = train_bpe(sample, 272, SPECIAL)
         config = self.small_config(len(reference.vocab))
         package, init = self.package_model(config, seed=1)
-        x = torch.tensor(reference.encode(sample)[:4 * 17]).view(4, 17)                       # (4, 17)
-        expected = adam_losses(package, next_token_loss, x, steps=3)
+        x = torch.tensor(reference.encode(sample)[:4 * 17], device=device).view(4, 17)        # (4, 17)
+        expected = torch.stack(adam_losses(package.to(device), next_token_loss, x, steps=3))  # (3,)
 
-        def proxy(P):
-            tok = P.train_bpe(sample, 272, SPECIAL)
-            ids = list(P.encode(sample, tok.vocab, tok.merges, SPECIAL))
-            if ids != reference.encode(sample) or P.decode(ids, tok.vocab) != sample:
+        def proxy(S):
+            S.train_bpe("proxy", sample, 272)
+            ids = S.encode("proxy", sample)
+            if ids != reference.encode(sample) or S.decode("proxy", ids) != sample:
                 raise CheckFailed("tokenizer")
-            mine = yl.YourLlama(config, P, init)
-            close(torch.stack(adam_losses(mine, P.next_token_loss, x, steps=3)), torch.stack(expected),
-                  "training losses")
+            close(S.training_losses(config, init, x, 3), expected, "training losses")
         return proxy
 
     def part_c(self) -> Part:
         part = Part("c", "training with your tokenizer, loss and model")
         train_text, val_text = self.corpus()
-        store = {}
-        tok_check, _ = self.tokenizer_check(train_text, val_text, store)
-        self.run_check(part, Check("tokenizer: merges, encode and decode", 5), tok_check, ("tokenizer",))
+        self.run_check(part, Check("tokenizer: merges, encode and decode", 5),
+                       self.tokenizer_check(train_text, val_text), ("tokenizer",))
+        tokenizer = "tokenizer" if part.checks[0].score else None  # else the training check trains yours anew
         order = ("tokenizer", "loss", "RMSNorm", "attention", "RoPE", "SwiGLU", "block", "model")
         self.run_check(part, Check(f"validation loss within {MARGIN} of the package's model", 15),
-                       self.training_check(train_text, val_text, store), order,
+                       self.training_check(train_text, val_text, tokenizer), order,
                        localise_with=self.training_proxy(train_text))
-        self.trained = (store.get("model"), store.get("tokenizer"))
         return self.run_hidden(part, order)
 
     # (d) ------------------------------------------------------------------------------------
     def sampling_check(self, state: dict, temperature: float = 0.8, top_p: float = 0.9, seed: int = 0):
         """Part (d)'s sampling check: your sampler through your KV cache, token by token against the
         package's nucleus of your full-forward logits (same generator); ``state`` gets the tokens
-        and the tokenizer."""
+        and the tokenizer's name."""
         from llama_course.attention import softmax
         from llama_course.generate import top_p_filter
 
-        def sampling(P):
-            model, tok = self.sampling_model(P)
-            prompt = torch.tensor([P.encode("Title: The", tok.vocab, tok.merges, SPECIAL)])           # (1, T)
-            tokens = yl.sample_tokens(model, prompt, self.sizes.new_tokens, temperature, top_p, seed)
-            generator = torch.Generator().manual_seed(seed)
-            with torch.no_grad():
-                for i in range(prompt.shape[1], tokens.shape[1]):
-                    logits = model(tokens[:, :i])[:, -1].float() / temperature                          # (1, V)
-                    expected = torch.multinomial(softmax(top_p_filter(logits, top_p), dim=-1), 1, generator=generator)
-                    if int(tokens[0, i]) != int(expected[0, 0]):
-                        raise CheckFailed(f"sampled token {i - prompt.shape[1]} is {int(tokens[0, i])}; the "
-                                          f"package's nucleus of your logits with the same generator gives "
-                                          f"{int(expected[0, 0])}")
-            state["tokens"], state["tok"] = tokens, tok
+        def sampling(S):
+            config, init, tokenizer = self.sampling_model(S)
+            tokens, start, logits = S.sample(config, init, tokenizer, "Title: The", self.sizes.new_tokens,
+                                             temperature, top_p, seed)                      # (1, T + n), T, [(1, V)]
+            if tokens.shape[1] - start != self.sizes.new_tokens or len(logits) != self.sizes.new_tokens:
+                raise CheckFailed(f"sample_tokens gave {tokens.shape[1] - start} new tokens, expected "
+                                  f"{self.sizes.new_tokens}")
+            generator = torch.Generator().manual_seed(seed)   # on the CPU, as yl.draw_next draws
+            for i, step in zip(range(start, tokens.shape[1]), logits):
+                probs = softmax(top_p_filter(step.float() / temperature, top_p), dim=-1).to(generator.device)
+                expected = torch.multinomial(probs, 1, generator=generator)                       # (1, 1)
+                if int(tokens[0, i]) != int(expected[0, 0]):
+                    raise CheckFailed(f"sampled token {i - start} is {int(tokens[0, i])}; the package's nucleus "
+                                      f"of your logits with the same generator gives {int(expected[0, 0])}")
+            state["tokens"], state["tokenizer"] = tokens, tokenizer
         return sampling
 
-    def sampling_model(self, P):
-        """Part (c)'s trained model and tokenizer, now wired to ``P``; without them (part (c) not run or
-        failed), a small tokenizer of P's and a model of P's pieces from seeded package weights."""
-        model, tok = self.trained or (None, None)
-        if tok is None:
-            tok = P.train_bpe(self.corpus()[0][:20_000], 300, SPECIAL)
-        if model is None:
-            config = self.small_config(len(tok.vocab))
-            model = yl.YourLlama(config, P, self.package_model(config, seed=3)[1])
-        model.pieces = P
-        return model, tok
+    def sampling_model(self, S):
+        """(config, initial weights, tokenizer name) for part (d): (None, None, "trained"), part (c)'s
+        trained model and tokenizer; without them, a small tokenizer of yours and seeded package weights."""
+        if self.trained:
+            return None, None, "trained"
+        _, vocab_size = S.train_bpe("sampling", self.corpus()[0][:20_000], 300)
+        config = self.small_config(vocab_size)
+        return config, self.package_model(config, seed=3)[1], "sampling"
 
     def part_d(self) -> Part:
         from llama_course.tokenizer import BPETokenizer
 
         part, state = Part("d", "text from your sampler"), {}
 
-        def decoding(P):
+        def decoding(S):
             if "tokens" not in state:
                 raise CheckFailed("no sampled text to decode (the sampling check failed)")
-            ids, tok = state["tokens"][0].tolist(), state["tok"]
-            text = P.decode(ids, tok.vocab)
-            if text != BPETokenizer(tok.vocab, tok.merges, SPECIAL).decode(ids):
+            ids, name = state["tokens"][0].tolist(), state["tokenizer"]
+            text = S.decode(name, ids)
+            if text != BPETokenizer(S.vocab(name), [], SPECIAL).decode(ids):
                 raise CheckFailed("your decode of the sampled ids differs from the package's")
             state["text"] = text
 
@@ -643,6 +804,7 @@ class Capstone:
         if "text" in state:
             part.notes.append("your LLaMA writes: " + repr(state["text"]))
         return self.run_hidden(part, order)
+
 
     def run_hidden(self, part: Part, order) -> Part:
         """The part's hidden tests, their points the part's hidden share divided by weight; or, where
@@ -672,13 +834,23 @@ def adam_losses(model, loss_fn, x: torch.Tensor, steps: int) -> list[torch.Tenso
 
 
 def _describe(error: Exception) -> str:
+    file, line, function = _last_frame(error)
     if isinstance(error, NotImplementedError):
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        return f"not implemented yet ({Path(frame.filename).name}, {frame.name})"
+        return f"not implemented yet ({file}, {function})"
     if isinstance(error, CheckFailed):
         return str(error)
+    return f"{type(error).__name__}: {error} ({file} line {line}, {function})"
+
+
+def _last_frame(error: Exception) -> tuple[str, int, str]:
+    """(file name, line, function) where ``error`` was raised: in this process, or in the sandbox's
+    worker (its traceback travels in the error's notes)."""
+    notes = [note for note in getattr(error, "__notes__", []) if note.startswith("in your code:")]
+    found = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', notes[-1]) if notes else []
+    if found:
+        return Path(found[-1][0]).name, int(found[-1][1]), found[-1][2]
     frame = traceback.extract_tb(error.__traceback__)[-1]
-    return f"{type(error).__name__}: {error} ({Path(frame.filename).name} line {frame.lineno}, {frame.name})"
+    return Path(frame.filename).name, frame.lineno, frame.name
 
 
 # ------------------------------------------------------------------------------ command
@@ -700,9 +872,13 @@ class Graded:
         return sum(p.points for p in self.parts)
 
 
-def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print, hidden: bool = True) -> Graded:
+def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print, hidden: bool = True, bench=None,
+          on_part=None, hidden_messages: bool = True) -> Graded:
     """Run the capstone's parts on the exercise files in ``folder``; print them and return them.
-    ``hidden=False``: only the public checks, as the student release runs (the book shows that)."""
+    ``hidden=False``: only the public checks, as the student release runs (the book shows that).
+    ``bench``: the student's side (sandboxed() gives one in the sandbox's worker); None: in this
+    process. ``on_part(parts so far)`` after each part; ``hidden_messages=False``: a failing hidden
+    check prints no message (no input or expected value reaches the student)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"folder must be a folder of chNN_*.py files, got {folder}")
@@ -710,9 +886,9 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print, hi
         raise ValueError(f"parts must be letters from 'abcd', got {parts!r}")
     torch.manual_seed(0)
     out = _wrapping(out)
-    capstone = Capstone(folder, sizes or Sizes(), out, hidden)
+    capstone = Capstone(folder, sizes or Sizes(), out, hidden, bench)
     out(f"Your LLaMA, assembled from {folder}/ (each piece's functions, and where they came from):")
-    for piece, where in capstone.student.served_by().items():
+    for piece, where in capstone.bench.served_by().items():
         out(f"  {piece:<10} {where}")
     results = []
     for key in "abcd":
@@ -720,10 +896,49 @@ def grade(folder, parts: str = "abcd", sizes: Sizes | None = None, out=print, hi
             out(f"part ({key}) ...")
             part = getattr(capstone, f"part_{key}")()
             results.append(part)
-            _print_part(part, out)
+            _print_part(part, out, hidden_messages)
+            if on_part:
+                on_part(results)
     graded = Graded(results, capstone.curves)
     out(f"capstone: {graded.score:g} / {graded.points:g} points")
     return graded
+
+
+@contextlib.contextmanager
+def sandboxed(path, sizes: Sizes, out=print, upload: bool = False, same_user: bool = False,
+              timeout: float = 3600.0, memory_limit: int | None = None):
+    """(staged folder, a Bench in the grader's sandbox) for the submission at ``path``: the chapter
+    grader's confinement (sandbox.confine: as root, a user of this run's own that cannot read the
+    key, the hidden tests or the results; mount and network namespaces where the kernel allows;
+    memory, file and process limits), which raises sandbox.ConfinementError where it cannot be had.
+    The worker imports this file and holds the student's pieces; ``timeout`` seconds for all of it.
+    ``upload``: ``path`` is an upload (chNN_*.py files at any depth, zips too), as on Gradescope."""
+    from llama_course.grade import autograder, grader, sandbox
+
+    own = Path(path).resolve().is_relative_to((REPO / "exercises").resolve())
+    confinement, warnings = sandbox.confine(grader.hidden_paths([]), sandbox.MEMORY_LIMIT if memory_limit is None
+                                            else memory_limit, same_user, own)
+    out(sandbox.describe(confinement))
+    for warning in warnings:
+        out(f"warning: {warning}")
+    with tempfile.TemporaryDirectory(prefix="llama-course-capstone-") as staging:
+        folder = Path(staging) / "submission"
+        if upload:
+            for note in autograder.collect(Path(path), folder):
+                out(f"submission: {note}")
+        else:
+            folder.mkdir()
+            grader.stage(grader.find_submission(Path(path).resolve()), folder)
+        if confinement.uid is not None:  # readable by this run's worker only
+            grader.make_private(Path(staging), confinement.gid)
+        refused = rule_problems(folder)  # read before the worker imports anything
+        try:
+            with sandbox.Sandbox(Path(__file__), timeout=timeout, confinement=confinement) as box:
+                yield folder, box.module.Bench(str(folder), refused, "package", sizes.device)
+        finally:
+            if confinement.uid is not None:
+                sandbox.end_processes_of(confinement.uid)
+                sandbox.remove_files_of(confinement.uid)
 
 
 def _wrapping(out, width: int = 78):
@@ -735,17 +950,47 @@ def _wrapping(out, width: int = 78):
     return emit
 
 
-def _print_part(part: Part, out) -> None:
+def _print_part(part: Part, out, hidden_messages: bool = True) -> None:
     out(f"({part.key}) {part.title}: {part.score:g} / {part.points:g}")
     for check in part.checks:
-        out(f"    {'PASS' if check.score else 'FAIL'} {check.name} ({check.score:g}/{check.points:g}): {check.message}")
+        message = check.message if hidden_messages or not check.name.startswith("hidden:") else _hidden_message(check)
+        out(f"    {'PASS' if check.score else 'FAIL'} {check.name} ({check.score:g}/{check.points:g}): {message}")
     if part.culprit:
         out(f"    the first of your pieces to disagree: {part.culprit}")
     for note in part.notes:
         out(f"    {note}")
 
 
-def main(argv=None) -> int:
+def _hidden_message(check: Check) -> str:
+    if check.score == check.points:
+        return "passed"
+    return "failed (a hidden test: its inputs and expected values are not shown)"
+
+
+def gradescope_results(parts: list, lines: list, unfinished: str = "") -> dict:
+    """Gradescope's results.json: one row per check, hidden checks' rows with no message but the
+    piece named, their visibility HIDDEN_VISIBILITY (default after_published); the output is the
+    run's own (which of the student's functions served each piece, each part's lines)."""
+    from llama_course.grade.grader import VISIBILITIES
+
+    visibility = os.environ.get("HIDDEN_VISIBILITY", "after_published")
+    if visibility not in VISIBILITIES:
+        raise ValueError(f"HIDDEN_VISIBILITY must be one of {', '.join(VISIBILITIES)}, got {visibility!r}")
+    tests = []
+    for part in parts:
+        for check in part.checks:
+            hidden = check.name.startswith("hidden:")
+            output = _hidden_message(check) if hidden else check.message
+            if check.score < check.points and part.culprit:
+                output += f"\n(the first of your pieces to disagree in part ({part.key}): {part.culprit})"
+            tests.append({"name": f"Capstone ({part.key}) :: {check.name}", "score": check.score,
+                          "max_score": check.points, "output": output,
+                          "visibility": visibility if hidden else "visible"})
+    output = "\n".join(lines + ([unfinished] if unfinished else []))
+    return {"score": sum(t["score"] for t in tests), "output": output, "tests": tests}
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llama_course.grade capstone",
                                      description="Grade the model assembled from your exercise files (Chapter 14).")
     parser.add_argument("folder", nargs="?", default="exercises", help="folder of chNN_*.py files (exercises/)")
@@ -754,16 +999,57 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="device for part (c)'s training (default: cpu)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write part (c)'s training curves here (PNG)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run your code in this process, not the grader's sandbox (a self-check of your own code)")
+    parser.add_argument("--same-user", action="store_true",
+                        help="run student code as the grader's own user even as root (not for untrusted code)")
+    parser.add_argument("--upload", action="store_true",
+                        help="FOLDER is an upload (Gradescope): chNN_*.py files at any depth")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds the student's code may take in all")
+    parser.add_argument("--gradescope", type=Path, default=None, help="write Gradescope's results.json here")
+    return parser
+
+
+def main(argv=None) -> int:
+    from llama_course.grade import grader, sandbox
+
+    parser = _parser()
     args = parser.parse_args(argv)
     sizes = Sizes(**{**vars(QUICK if args.quick else Sizes()), "device": args.device})
+    lines = []
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    def progress(parts: list) -> None:
+        if args.gradescope:
+            grader.write_atomically(args.gradescope, gradescope_results(parts, lines, "grading unfinished: the "
+                                                                        "parts not listed were not graded"))
+
+    if args.gradescope:
+        grader.clear_results(args.gradescope.resolve())
+        args.gradescope = args.gradescope.resolve()
     try:
-        graded = grade(args.folder, args.parts, sizes)
+        if args.in_process:
+            graded = grade(args.folder, args.parts, sizes, out)
+        else:
+            with sandboxed(args.folder, sizes, out, args.upload, args.same_user, args.timeout) as (folder, bench):
+                graded = grade(folder, args.parts, sizes, out, bench=bench, on_part=progress,
+                               hidden_messages=not args.gradescope)
+    except sandbox.ConfinementError as error:  # fail closed: nothing is graded, and everyone is told why
+        out(f"grading refused: {error}")
+        if args.gradescope:
+            grader.write_atomically(args.gradescope, gradescope_results([], lines))
+        return 2
     except ValueError as error:
         parser.error(str(error))
+    if args.gradescope:
+        grader.write_atomically(args.gradescope, gradescope_results(graded.parts, lines))
     if args.json:
         args.json.write_text(json.dumps({"score": graded.score, "parts": [
             {"part": p.key, "title": p.title, "score": p.score, "max_score": p.points, "culprit": p.culprit,
              "checks": [vars(c) for c in p.checks], "notes": p.notes} for p in graded.parts]}, indent=1))
     if args.plot and graded.curves:
         yl.plot_curves(graded.curves, args.plot)
-    return 0 if graded.score == graded.points else 1
+    return 0 if graded.score == graded.points or args.gradescope else 1  # Gradescope: graded is success

@@ -225,3 +225,51 @@ def run_setup(tmp_path: Path, root: Path, pythons: dict) -> list[list[str]]:
                          text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_capstone_zip_is_its_own_assignment(tmp_path):
+    """The capstone's zip: the package and the capstone's hidden tests, no chapter's tests, no answers;
+    its run_autograder runs the capstone, not the chapter grader."""
+    with zipfile.ZipFile(build(tmp_path / "capstone.zip", capstone=True)) as z:
+        names = set(z.namelist())
+        run = z.read("run_autograder").decode()
+    assert {"llama_course/grade/capstone.py", "llama_course/your_llama.py", "llama_course/grade/sandbox.py",
+            "tests/hidden/capstone_checks.py", "requirements-grade.txt"} <= names
+    assert not any(n.startswith(("tests/graded/", "solutions/", "exercises/")) for n in names), names
+    assert not any(n.startswith("tests/hidden/test_ch") for n in names)
+    assert "llama_course.grade capstone" in run and "--upload" in run and "--gradescope" in run
+    with pytest.raises(ValueError, match="capstone"):
+        build(tmp_path / "both.zip", [4], capstone=True)
+
+
+@pytest.mark.slow
+def test_run_autograder_grades_the_capstone():
+    """The capstone's assignment in a fake /autograder tree (a folder every user can enter), at the
+    smallest sizes (CAPSTONE_ARGS=--quick): the key's exercises/ folder gets 100 of 100, every row
+    full, and the output lists which of the student's files served each piece; the stubs get 0."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        key = _grade_capstone(Path(folder) / "key", REPO / "solutions")
+        stubs = _grade_capstone(Path(folder) / "stubs", REPO / "exercises")
+    assert key["score"] == 100 and sum(t["max_score"] for t in key["tests"]) == 100, key["output"]
+    assert all(t["score"] == t["max_score"] for t in key["tests"])
+    assert {t["name"].split(" :: ")[0] for t in key["tests"]} == {f"Capstone ({p})" for p in "abcd"}
+    served = [line for line in key["output"].splitlines() if line.startswith("  ") and ".py: " in line]
+    assert len(served) == 12 and all("submission/ch" in line for line in served), key["output"]
+    assert "sandbox: " in key["output"]
+    assert stubs["score"] == 0 and sum(t["max_score"] for t in stubs["tests"]) == 100, stubs["output"]
+    hidden = [t for t in stubs["tests"] if " :: hidden: " in t["name"]]
+    assert hidden and all(t["visibility"] == "after_published" and "not shown" in t["output"] for t in hidden)
+
+
+def _grade_capstone(tmp_path: Path, exercises: Path) -> dict:
+    root = unpack(build(tmp_path / "capstone.zip", capstone=True), tmp_path / "autograder")
+    upload = root / "submission" / "my capstone" / "exercises"
+    shutil.copytree(exercises, upload)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable,
+           "CAPSTONE_ARGS": "--quick"}
+    env.pop("PYTHONPATH", None)  # run_autograder must find the package in the zip by itself
+    run = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads((root / "results" / "results.json").read_text())

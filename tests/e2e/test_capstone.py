@@ -211,3 +211,94 @@ def test_the_release_leaves_out_the_capstones_hidden_tests():
         sys.path.remove(str(REPO / "tools"))
     assert (REPO / "tests" / "hidden" / "capstone_checks.py").is_file()
     assert student_release.instructor_only("tests/hidden/capstone_checks.py", REPO)
+
+
+# -- the device of what the capstone makes (Sizes(device=...)): checked on the meta device, no GPU needed ------
+
+
+class Stop(Exception):
+    pass
+
+
+def meta_capstone(tmp_path):
+    import dataclasses
+
+    from llama_course.grade.capstone import Capstone
+
+    return Capstone(key_copy(tmp_path), dataclasses.replace(QUICK, device="meta"), out=lambda *_: None, hidden=False)
+
+
+def test_part_d_samples_on_the_models_device(tmp_path, monkeypatch):
+    """Part (d)'s prompt and model are on Sizes.device (here meta), not the CPU."""
+    from llama_course import your_llama as yl
+
+    seen = {}
+
+    def spy(model, prompt, *args, **kwargs):
+        seen.update(model=next(model.parameters()).device.type, prompt=prompt.device.type)
+        raise Stop
+
+    monkeypatch.setattr(yl, "sample_tokens", spy)
+    capstone = meta_capstone(tmp_path)
+    with pytest.raises(Stop):
+        capstone.sampling_check({})(capstone.bench)
+    assert seen == {"model": "meta", "prompt": "meta"}
+
+
+def test_part_c_proxy_trains_on_the_sizes_device(tmp_path, monkeypatch):
+    """The stand-in that names part (c)'s piece trains on Sizes.device (here meta), its batch too."""
+    from llama_course.grade import capstone as grading
+
+    seen = []
+
+    def spy(model, loss_fn, x, steps):
+        seen.append((next(model.parameters()).device.type, x.device.type))
+        raise Stop
+
+    monkeypatch.setattr(grading, "adam_losses", spy)
+    capstone = meta_capstone(tmp_path)
+    with pytest.raises(Stop):
+        capstone.training_proxy(capstone.corpus()[0])
+    assert seen == [("meta", "meta")]
+
+
+# -- the grader's sandbox (the command's default) -------------------------------------------------------------
+
+
+def test_where_the_sandbox_cannot_be_had_nothing_is_graded(tmp_path, monkeypatch):
+    """sandbox.confine refusing (e.g. root with the course in a folder others cannot enter): the command
+    grades nothing, says why, and results.json scores 0; no student code ran."""
+    from llama_course.grade import capstone, sandbox
+
+    def refuse(*args, **kwargs):
+        raise sandbox.ConfinementError("the course's folder is closed to other users")
+
+    monkeypatch.setattr(sandbox, "confine", refuse)
+    monkeypatch.setattr(capstone, "Bench", None)  # any attempt to load the student's pieces here would fail
+    out = tmp_path / "results.json"
+    assert capstone.main([str(key_copy(tmp_path)), "--quick", "--gradescope", str(out)]) == 2
+    results = json.loads(out.read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "grading refused: the course's folder is closed to other users" in results["output"]
+
+
+TAMPER = """
+import llama_course.grade.capstone as grading
+grading.close = lambda *args, **kwargs: None          # every comparison passes, where this runs
+grading.CheckFailed = type("Never", (Exception,), {})
+"""
+
+
+def test_in_the_sandbox_student_code_cannot_reach_the_verdicts(tmp_path):
+    """A ch03_norm.py whose rms_norm forgets the weight and that patches the grader's comparisons:
+    in the sandbox the patch reaches only the worker's copy of the grader, and every logits check
+    of part (a) fails (the checkpoints' norm weights are not 1), naming RMSNorm."""
+    folder = key_copy(tmp_path)
+    plant(folder, "ch03_norm.py", "    return (weight * h.to(x.dtype)).to(x.dtype)\n", "    return h.to(x.dtype)\n")
+    (folder / "ch03_norm.py").write_text((folder / "ch03_norm.py").read_text() + TAMPER)
+    run = subprocess.run([sys.executable, "-m", "llama_course.grade", "capstone", str(folder), "--quick",
+                          "--parts", "a", "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
+                         cwd=REPO, timeout=1200)
+    assert "sandbox: " in run.stdout, run.stdout + run.stderr
+    part = json.loads((tmp_path / "r.json").read_text())["parts"][0]
+    assert part["score"] == 0 and part["culprit"] == "RMSNorm", run.stdout + run.stderr

@@ -2,21 +2,22 @@
 leaves tests/hidden/ out).
 
 ``CHECKS``: {part: [(name, weight, factory)]}. ``factory(capstone)`` builds the oracle in the
-grader's process and returns ``check(pieces)``, which runs the student's pieces and raises
-CheckFailed (or any error) when they disagree. A part's hidden points (capstone.PARTS: points
+grader's process and returns ``check(bench)``, which runs the student's pieces through the bench
+(capstone.Bench: in the sandbox's worker, or in-process) and raises CheckFailed (or any error)
+when what comes back disagrees. A part's hidden points (capstone.PARTS: points
 minus what its public checks carry) are divided by weight, as the homework's hidden tests share a
 problem's points.
 
 Oracles, none of them the code under test: transformers' LlamaForCausalLM and generate (a, b),
-the student's own full forward (b, the KV cache), the package's tokenizer and torch's
+the student's own full forward (b, the KV cache) -- these through the grader's own checks
+(capstone.logits_check, cache_check, greedy_check) at other shapes, the package's tokenizer and torch's
 cross-entropy (c), the package's nucleus filter with the same generator (d).
 """
 
 import torch
 import torch.nn.functional as F
 
-from llama_course import your_llama as yl
-from llama_course.grade.capstone import SPECIAL, CheckFailed, close, hf_model
+from llama_course.grade.capstone import SPECIAL, CheckFailed, close
 
 
 def _ids(shape, seed, vocab=97):
@@ -28,29 +29,13 @@ def _ids(shape, seed, vocab=97):
 
 def mqa_long_logits(capstone):
     """One KV head (MQA), rope_theta 500000, a batch of 3 and 40 positions (the public checks use 8)."""
-    hf, config, state = hf_model(1, False, seed=11, rope_theta=500_000.0)
-    ids = _ids((3, 40), seed=12)
-    with torch.no_grad():
-        expected = hf(ids).logits
-
-    def check(P):
-        with torch.no_grad():
-            close(yl.YourLlama(config, P, state)(ids), expected,
-                  "logits (MQA, rope_theta 500000, 40 positions) vs transformers' LlamaForCausalLM")
-    return check
+    return capstone.logits_check(1, False, seed=11, shape=(3, 40), rope_theta=500_000.0,
+                                 what="(MQA, rope_theta 500000, 40 positions)")
 
 
 def one_token_logits(capstone):
     """A sequence of one token (the mask and RoPE at their smallest), GQA with a tied head."""
-    hf, config, state = hf_model(2, True, seed=13)
-    ids = _ids((4, 1), seed=14)
-    with torch.no_grad():
-        expected = hf(ids).logits
-
-    def check(P):
-        with torch.no_grad():
-            close(yl.YourLlama(config, P, state)(ids), expected, "logits of one-token sequences vs transformers'")
-    return check
+    return capstone.logits_check(2, True, seed=13, shape=(4, 1), what="of one-token sequences")
 
 
 # (b) ------------------------------------------------------------------------------------------
@@ -58,35 +43,14 @@ def one_token_logits(capstone):
 
 def one_token_prefill(capstone):
     """A prefill of one token, then eleven single-token steps, MQA with a tied head: every step's
-    logits equal the student's own full forward."""
-    _, config, state = hf_model(1, True, seed=15)
-    ids = _ids((1, 12), seed=16)
-
-    def check(P):
-        model = yl.YourLlama(config, P, state)
-        with torch.no_grad():
-            full = model(ids)                                                    # (1, 12, V)
-        cache = P.KVCache(config, 1, 12)
-        for t in range(12):
-            close(P.decode_step(model, ids[:, t:t + 1], cache), full[:, t],
-                  f"decode step at position {t} after a one-token prefill vs your full forward")
-    return check
+    logits equal the student's own full forward (the grader's KV-cache check, another shape)."""
+    return capstone.cache_check(1, True, seed=15, shape=(1, 12), prefill=1, what=" (one-token prefill)")
 
 
 def greedy_from_one_token(capstone):
-    """Greedy decoding of ten tokens from one-token prompts (MQA) equals transformers' generate."""
-    hf, config, state = hf_model(1, False, seed=17)
-    prompt = _ids((3, 1), seed=18)
-    with torch.no_grad():
-        expected = hf.generate(prompt, max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0,
-                               attention_mask=torch.ones_like(prompt))
-
-    def check(P):
-        tokens = P.greedy_generate(yl.YourLlama(config, P, state), prompt, 10)
-        if not torch.equal(tokens, expected):
-            raise CheckFailed(f"greedy tokens from one-token prompts {tokens.tolist()} differ from "
-                              f"transformers' {expected.tolist()}")
-    return check
+    """Greedy decoding of ten tokens from one-token prompts (MQA) equals transformers' generate (the
+    grader's greedy check, another shape)."""
+    return capstone.greedy_check(1, False, seed=17, shape=(3, 1), new_tokens=10, what=" from one-token prompts")
 
 
 # (c) ------------------------------------------------------------------------------------------
@@ -103,16 +67,16 @@ def unicode_tokenizer(capstone):
     text = capstone.corpus()[0][:4000] + UNICODE * 3
     expected = train_bpe(text, 290, SPECIAL)
 
-    def check(P):
-        tok = P.train_bpe(text, 290, SPECIAL)
-        if list(tok.merges) != list(expected.merges):
+    def check(S):
+        merges, _ = S.train_bpe("hidden unicode", text, 290)
+        if merges != [tuple(merge) for merge in expected.merges]:
             raise CheckFailed("train_bpe on text with accents, CJK and emoji: the merges differ from the "
                               "package tokenizer's")
-        ids = list(P.encode(UNICODE, tok.vocab, tok.merges, SPECIAL))
+        ids = S.encode("hidden unicode", UNICODE)
         if ids != expected.encode(UNICODE):
             raise CheckFailed("encode of text with accents, CJK, emoji and <|endoftext|> differs from the "
                               "package tokenizer's ids")
-        if P.decode(ids, tok.vocab) != UNICODE:
+        if S.decode("hidden unicode", ids) != UNICODE:
             raise CheckFailed("decode(encode(text)) is not the text (accents, CJK, emoji)")
     return check
 
@@ -125,12 +89,10 @@ def loss_and_gradient(capstone):
     expected = F.cross_entropy(reference[:, :-1].reshape(-1, 17), ids[:, 1:].reshape(-1))
     expected.backward()
 
-    def check(P):
-        mine = logits.clone().requires_grad_(True)
-        loss = P.next_token_loss(mine, ids)
-        close(loss.detach(), expected.detach(), "next_token_loss vs torch's cross-entropy")
-        loss.backward()
-        close(mine.grad, reference.grad, "the gradient of next_token_loss vs torch's cross-entropy's")
+    def check(S):
+        loss, grad = S.loss_and_grad(logits, ids)
+        close(loss, expected.detach(), "next_token_loss vs torch's cross-entropy")
+        close(grad, reference.grad, "the gradient of next_token_loss vs torch's cross-entropy's")
     return check
 
 
