@@ -74,7 +74,12 @@ lab: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-test: lint test-unit test-package test-notebooks test-book test-site-if-browser
+# The notebooks (nbval, on both CPUs) and the book build share no state (the build reads the committed
+# outputs, nbval writes nothing under book/ or _build/), so they run side by side: the build, one core
+# of Sphinx, fills the gaps nbval's kernels leave. -Otarget prints each one's output whole when it ends.
+test: lint test-unit test-package
+	$(MAKE) --no-print-directory -j2 -Otarget test-notebooks test-book
+	$(MAKE) --no-print-directory test-site-if-browser
 	@echo "make test: all checks passed"
 
 # The quick check before a commit: lint and every test of tests/ that test-unit runs (unit and

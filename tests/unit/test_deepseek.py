@@ -156,12 +156,23 @@ def test_an_expert_stored_both_fused_and_one_by_one_is_refused(deepseek_v3, tmp_
 
 
 def test_deepseek_v3_preset_counts_equal_transformers_on_meta():
+    """transformers' DeepSeek-V3 (its default config is the released one) counted one decoder layer
+    of each kind at a time: the whole model on meta is ~47,000 expert modules, most of a minute.
+    Its layers are built from the config and the layer's index alone (dense below
+    first_k_dense_replace), so a 4-layer model (3 dense, 1 MoE) gives each kind's count, and the
+    full count is what lies outside the layers plus each layer's kind's count."""
     config = PRESETS["deepseek-v3"]
     counts = count_parameters(config)
-    assert counts["total"] == 671_026_404_352 and counts["active"] == 37_552_282_624
+    assert counts["total"] == 671_026_404_352 and counts["active"] == 37_552_282_624   # the published 671B, 37B
+    released = transformers.DeepseekV3Config()
+    assert (released.num_hidden_layers, released.first_k_dense_replace) == (61, 3)
     with torch.device("meta"):
-        reference = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config())
-    assert sum(p.numel() for p in reference.parameters()) == counts["total"]
+        reference = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(num_hidden_layers=4))
+    per_layer = [sum(p.numel() for p in layer.parameters()) for layer in reference.model.layers]
+    assert per_layer[0] == per_layer[1] == per_layer[2] != per_layer[3]
+    outside = sum(p.numel() for p in reference.parameters()) - sum(per_layer)
+    assert sum(p.numel() for p in reference.parameters()) == count_parameters(config.replace(n_layers=4))["total"]
+    assert outside + 3 * per_layer[0] + 58 * per_layer[3] == counts["total"]
 
 
 def test_mistral_preset_counts_equal_transformers_on_meta():
