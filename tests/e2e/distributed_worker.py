@@ -144,7 +144,9 @@ def run_tensor_parallel_generate(out: Path, par: parallel.Parallel) -> None:
         tokens = generate(sharded, prompt, 12)
         gathered = [None] * par.world_size
         dist.all_gather_object(gathered, (tokens, seen[0]))
-        result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered}
+        attn = sharded.layers[0].self_attn
+        result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered,
+                              "config": sharded.config, "heads": (attn.n_heads, attn.n_kv_heads)}
     if par.is_main:
         torch.save(result, out / "tp-generate.pt")
 

@@ -205,7 +205,8 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
 def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_path):
     """Each rank's KV cache holds only its n_kv_heads / 2 heads (it was sized from the config's global
     count: twice too large with 2 key/value heads, a broadcast error with 4); the greedy tokens of
-    both ranks equal the unsharded model's."""
+    both ranks equal the unsharded model's. The tensor-parallel plan changes no head count: the
+    attention layers read theirs from the sharded weights' widths."""
     fork_two_ranks(tmp_path, "tp-generate", timeout=120)
     result = torch.load(tmp_path / "tp-generate.pt", weights_only=False)
     c = worker.CONFIG
@@ -215,6 +216,9 @@ def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_pat
         for tokens, cache_shape in result[n_kv_heads]["ranks"]:
             assert torch.equal(tokens, reference), n_kv_heads
             assert cache_shape == (2, n_kv_heads // 2, 5 + 12 - 1, c.head_dim)
+        # the plan changes the weights only: the config and the layers keep the whole model's heads
+        assert result[n_kv_heads]["config"] == c.replace(n_kv_heads=n_kv_heads)
+        assert result[n_kv_heads]["heads"] == (c.n_heads, n_kv_heads)
 
 
 def test_a_sharded_save_on_a_full_disk_says_so_and_names_the_folder(tmp_path):
