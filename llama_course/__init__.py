@@ -25,8 +25,8 @@ One module per idea, in the order the book teaches them:
                says which each layer uses; Mistral, Qwen3-MoE, DeepSeek-V3 checkpoints (Chapter 12)
     train/     the lab (Chapter 11): data, the loop, the run's checkpoint, the
                command line (python -m llama_course.train)
-    parallel/  several processes (Chapter 13): ZeRO's memory, DDP, FSDP2, the
-               sharded checkpointer, tensor parallel (python -m llama_course.parallel)
+    parallel/  several processes (Chapter 13): ZeRO's memory, DDP, FSDP2,
+               the sharded checkpointer, tensor parallel
     device     get_device, available_devices, synchronize, seed_everything       (every chapter)
     checks     the argument checks every public function makes in one line
     plots      figures (imports matplotlib lazily)
@@ -41,8 +41,8 @@ imports only from its own layer or those above it in this list):
                   and Chapter 12's sliding_window, mla, deepseek_moe
     model         model (assembles the layers; each block's choice is visible there)
     using it      checkpoint, generate, cost, plots, train, your_llama
-    parallel      parallel/ (Chapter 13): wraps the model that train/'s loop is handed
-    programs      train/__main__.py: python -m llama_course.train joins Chapters 11 and 13
+    parallel      parallel/ (Chapter 13): wraps the model train/'s loop is handed
+    programs      train/__main__.py (python -m llama_course.train): 11 + 13
     tools         grade/
 """
 
