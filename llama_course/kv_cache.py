@@ -129,9 +129,13 @@ def cache_config(model) -> LlamaConfig:
     except on a tensor-parallel rank (Chapter 13), whose attention layers
     compute only their share of the key/value heads: H_kv is read from the
     rows of this rank's k_proj weight, (H_kv/N * hd, d); the config keeps
-    the whole model's count."""
-    k_proj = getattr(model.layers[0].self_attn, "k_proj", None)
+    the whole model's count. (FSDP2 shards the weights too, but gathers
+    them whole for every forward: its layers compute every head.)"""
+    block = model.layers[0]
+    k_proj = getattr(block.self_attn, "k_proj", None)
     if k_proj is None:                                  # MLA: no heads here
+        return model.config
+    if hasattr(block, "unshard"):  # FSDP2: sharded at rest, whole in forward
         return model.config
     weight = k_proj.weight                      # a DTensor when sharded
     local_weight = getattr(weight, "to_local", lambda: weight)()

@@ -147,6 +147,9 @@ def run_tensor_parallel_generate(out: Path, par: parallel.Parallel) -> None:
         attn = sharded.layers[0].self_attn
         result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered,
                               "config": sharded.config, "heads": (attn.n_heads, attn.n_kv_heads)}
+    whole, sharded = (Llama(CONFIG).eval() for _ in range(2) if torch.manual_seed(0))
+    parallel.apply_fsdp(sharded)               # FSDP2 gathers every head whole for each forward
+    result["fsdp"] = {"reference": generate(whole, prompt, 12), "tokens": generate(sharded, prompt, 12)}
     if par.is_main:
         torch.save(result, out / "tp-generate.pt")
 
