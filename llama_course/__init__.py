@@ -23,7 +23,10 @@ One module per idea, in the order the book teaches them:
     moe        MoE, route_topk, load_balancing_loss, router_z_loss               (Chapter 10)
     sliding_window, mla, deepseek_moe   windows, latent attention, DeepSeekMoE; the config
                says which each layer uses; Mistral, Qwen3-MoE, DeepSeek-V3 checkpoints (Chapter 12)
-    train      the training loop of the lab                                      (Chapter 11)
+    train/     the lab (Chapter 11): data, the loop, the run's checkpoint, the
+               command line (python -m llama_course.train)
+    parallel/  several processes (Chapter 13): ZeRO's memory, DDP, FSDP2,
+               the sharded checkpointer, tensor parallel
     device     get_device, available_devices, synchronize, seed_everything       (every chapter)
     checks     the argument checks every public function makes in one line
     plots      figures (imports matplotlib lazily)
@@ -38,7 +41,8 @@ imports only from its own layer or those above it in this list):
                   and Chapter 12's sliding_window, mla, deepseek_moe
     model         model (assembles the layers; each block's choice is visible there)
     using it      checkpoint, generate, cost, plots, train, your_llama
-    parallel      distributed, tensor_parallel (Chapter 13)
+    parallel      parallel/ (Chapter 13): wraps the model train/'s loop is handed
+    programs      train/__main__.py (python -m llama_course.train): 11 + 13
     tools         grade/
 """
 

@@ -125,9 +125,22 @@ class KVCache:
 
 
 def cache_config(model) -> LlamaConfig:
-    """The config a KV cache for ``model`` is sized from: ``model.config``, except on a
-    tensor-parallel rank (Chapter 13), whose attention layers compute only their share of the
-    key/value heads (``parallelize`` sets their ``n_kv_heads`` to n_kv_heads / N; the config keeps
-    the whole model's count)."""
-    local = getattr(model.layers[0].self_attn, "n_kv_heads", model.config.n_kv_heads)  # MLA: none per head
-    return model.config if local == model.config.n_kv_heads else model.config.replace(n_kv_heads=local)
+    """The config a KV cache for ``model`` is sized from: ``model.config``,
+    except on a tensor-parallel rank (Chapter 13), whose attention layers
+    compute only their share of the key/value heads: H_kv is read from the
+    rows of this rank's k_proj weight, (H_kv/N * hd, d); the config keeps
+    the whole model's count. (FSDP2 shards the weights too, but gathers
+    them whole for every forward: its layers compute every head.)"""
+    block = model.layers[0]
+    k_proj = getattr(block.self_attn, "k_proj", None)
+    if k_proj is None:                                  # MLA: no heads here
+        return model.config
+    if hasattr(block, "unshard"):  # FSDP2: sharded at rest, whole in forward
+        return model.config
+    weight = k_proj.weight                      # a DTensor when sharded
+    local_weight = getattr(weight, "to_local", lambda: weight)()
+    rows = local_weight.shape[0]                # (H_kv/N * hd, d)
+    local = rows // model.config.head_dim
+    if local == model.config.n_kv_heads:
+        return model.config
+    return model.config.replace(n_kv_heads=local)

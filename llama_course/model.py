@@ -33,6 +33,7 @@ from .attention import (
     check_attention_mask_values,
     merge_heads,
     padding_mask,
+    split_heads,
 )
 from .checks import check_bool, check_one_of, check_positive_int, check_tensor, check_token_ids, check_type
 from .config import LlamaConfig
@@ -124,6 +125,17 @@ class Attention(MultiHeadAttention):
             mask = window_mask(mask, self.window, seq, k.shape[-2], past + seq, device=x.device)
         out = gqa_attention(q, k, v, mask, self.backend)   # Chapter 9: (B, H, T, hd), KV heads shared
         return self.o_proj(merge_heads(out))               # (B, T, d)
+
+    def project(self, x: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values in heads of head_dim: (B, H, T, hd),
+        (B, H_kv, T, hd) twice. H and H_kv are read from the projections'
+        widths, so a tensor-parallel rank (Chapter 13), whose q_proj holds
+        H/N heads' rows, splits its own H/N heads."""
+        hd = self.head_dim
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        # q (B, T, H*hd), k and v (B, T, H_kv*hd)
+        return tuple(split_heads(t, t.shape[-1] // hd) for t in (q, k, v))
 
     def extra_repr(self) -> str:
         return "" if self.window is None else f"window={self.window}"

@@ -399,7 +399,7 @@ def test_every_drawn_diagram_is_shown_by_a_chapter():
 LITERALINCLUDE = re.compile(r"```\{literalinclude\} \.\./(llama_course/[\w/]+\.py)\n(?:[^`\n]*\n)*?:pyobject: ([\w.]+)")
 # Checks that are not argument checks: guards on what the function computed (the loss and
 # gradient train_step computed, the logits stream_generate computed).
-NOT_ARGUMENT_CHECKS = {("llama_course/train.py", "train_step"): "check_finite",
+NOT_ARGUMENT_CHECKS = {("llama_course/train/loop.py", "train_step"): "check_finite",
                       ("llama_course/generate.py", "stream_generate"): "check_no_nan"}
 
 
@@ -441,7 +441,7 @@ EQUATIONS = {
     ("llama_course/moe.py", "route_topk"): ("softmax", "topk"),
     ("llama_course/moe.py", "load_balancing_loss"): ("softmax", "*", "sum"),
     ("llama_course/moe.py", "router_z_loss"): ("logsumexp", "pow", "mean"),
-    ("llama_course/train.py", "lr_at"): ("cos",),                                       # eq-ch11-lr
+    ("llama_course/train/loop.py", "lr_at"): ("cos",),                                       # eq-ch11-lr
     ("llama_course/sliding_window.py", "sliding_window_mask"): ("-", ">=", "<", "&"),   # eq-ch12-band
 }
 # Listings printed beside an equation that compute something else (the step that wires it in).
@@ -452,9 +452,9 @@ NOT_AN_EQUATION = {
     ("llama_course/kv_cache.py", "KVCache.update"): "stores keys and values; the equation is the buffer's shape",
     ("llama_course/gqa.py", "gqa_attention"): "regroups the queries, then calls scaled_dot_product_attention",
     ("llama_course/moe.py", "MoE.forward"): "dispatch; the routing equation is route_topk's",
-    ("llama_course/train.py", "make_optimizer"): "chooses AdamW's hyperparameters; torch computes the update",
-    ("llama_course/train.py", "train"): "the loop; lr_at and train_step are printed on their own",
-    ("llama_course/train.py", "train_step"): "calls the loss, clipping and the optimizer",
+    ("llama_course/train/loop.py", "make_optimizer"): "chooses AdamW's hyperparameters; torch computes the update",
+    ("llama_course/train/loop.py", "train"): "the loop; lr_at and train_step are printed on their own",
+    ("llama_course/train/loop.py", "train_step"): "calls the loss, clipping and the optimizer",
     ("llama_course/kv_cache.py", "KVCache.update_window"): "stores the window's keys",
     ("llama_course/mla.py", "MultiHeadLatentAttention.absorbed"): "Chapter 12's absorbed form (its helper's area)",
 }

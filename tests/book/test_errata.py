@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_course import norm, tensor_parallel
+from llama_course import norm
+from llama_course.parallel import tensor as tensor_parallel
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from llama_course import distributed
+from llama_course import parallel
 from llama_course.config import LlamaConfig
 from llama_course.model import Llama
 from llama_course.train import TrainConfig, train
@@ -30,7 +30,7 @@ TRAIN = TrainConfig(steps=10, batch_size=8, context_length=16, lr=3e-3, warmup_s
 
 def data() -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded tokens with something to learn (a token is often its predecessor + 1)."""
-    return distributed.demo_data(CONFIG.vocab_size)
+    return parallel.demo_data(CONFIG.vocab_size)
 
 
 def fresh_model() -> Llama:
@@ -44,44 +44,44 @@ def full_state(model) -> dict[str, torch.Tensor]:
             for k, v in model.state_dict().items()}
 
 
-def run_training(out: Path, par: distributed.Parallel, name: str) -> None:
+def run_training(out: Path, par: parallel.Parallel, name: str) -> None:
     train_data, val_data = data()
     model = fresh_model()
-    history = train(model, train_data, val_data, TRAIN, parallel=par)
+    history = train(par.wrap(model), train_data, val_data, TRAIN, world=par)
     trained = full_state(model)
     # per-rank parameter + AdamW state after one step of a second copy (the optimizer state now exists)
     probe = fresh_model()
-    wrapped = distributed.wrap(probe, par)
+    wrapped = par.wrap(probe)
     optimizer = torch.optim.AdamW(probe.parameters())
     x = torch.randint(0, CONFIG.vocab_size, (2, 9), device=par.device)
     wrapped(x).float().mean().backward()
     optimizer.step()
-    memory = distributed.state_bytes(probe, optimizer)
+    memory = parallel.state_bytes(probe, optimizer)
     memories = [None] * par.world_size
     dist.all_gather_object(memories, memory)
     # a run that stops at step 5 and leaves a checkpoint, for the 1-process resume
     until5 = fresh_model()
-    train(until5, train_data, val_data, TRAIN, out_dir=out / f"{name}-until5", until=5, parallel=par)
+    train(par.wrap(until5), train_data, val_data, TRAIN, out_dir=out / f"{name}-until5", until=5, world=par)
     if par.is_main:
         torch.save({"history": history, "state": trained, "memory": memories}, out / f"{name}.pt")
 
 
-def run_accumulation(out: Path, par: distributed.Parallel) -> None:
+def run_accumulation(out: Path, par: parallel.Parallel) -> None:
     """DDP with 2 micro-batches per step: gradients all-reduced once, on the second."""
     model = fresh_model()
-    history = train(model, *data(), dataclasses.replace(TRAIN, accum_steps=2), parallel=par)
+    history = train(par.wrap(model), *data(), dataclasses.replace(TRAIN, accum_steps=2), world=par)
     if par.is_main:
         torch.save({"history": history, "state": full_state(model)}, out / "ddp-accum.pt")
 
 
-def run_tensor_parallel(out: Path, par: distributed.Parallel) -> None:
+def run_tensor_parallel(out: Path, par: parallel.Parallel) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from llama_course.tensor_parallel import parallelize
+    from llama_course.parallel import apply_tp
 
     mesh = init_device_mesh("cpu", (par.world_size,))
     reference = fresh_model()
-    model = parallelize(fresh_model(), mesh)
+    model = apply_tp(fresh_model(), mesh)
     x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3)).to(mesh.device_type)
     outputs = []
     for m in (reference, model):
@@ -97,10 +97,10 @@ def run_tensor_parallel(out: Path, par: distributed.Parallel) -> None:
                     "local_shapes": local_shapes}, out / "tp.pt")
 
 
-def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
+def run_meta_shards(out: Path, par: parallel.Parallel) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from llama_course.tensor_parallel import load_meta_tensor_parallel, split_for_meta, write_meta
+    from llama_course.parallel import load_meta_tensor_parallel, split_for_meta, write_meta
 
     mesh = init_device_mesh("cpu", (par.world_size,))
     directory = out / "meta"
@@ -110,7 +110,7 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
                   "norm_eps": CONFIG.norm_eps,
                   "max_seq_len": CONFIG.max_seq_len}
         write_meta(directory, split_for_meta(fresh_model().state_dict(), par.world_size), params)
-    distributed.barrier(par)
+    parallel.barrier(par)
     model = load_meta_tensor_parallel(directory, mesh)
     x = torch.randint(0, CONFIG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(4)).to(mesh.device_type)
     logits = model(x).detach()
@@ -118,14 +118,14 @@ def run_meta_shards(out: Path, par: distributed.Parallel) -> None:
         torch.save({"x": x, "logits": logits}, out / "meta_tp.pt")
 
 
-def run_tensor_parallel_generate(out: Path, par: distributed.Parallel) -> None:
+def run_tensor_parallel_generate(out: Path, par: parallel.Parallel) -> None:
     """Greedy decoding with a KV cache on tensor-parallel models (CONFIG's 2 key/value heads, and 4:
     plain multi-head attention) and on the whole ones; writes the tokens of every rank and the shape
     of the cache each rank filled to OUT/tp-generate.pt."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from llama_course.generate import generate
-    from llama_course.tensor_parallel import parallelize
+    from llama_course.parallel import apply_tp
 
     mesh = init_device_mesh("cpu", (par.world_size,))
     prompt = torch.randint(0, CONFIG.vocab_size, (2, 5), generator=torch.Generator().manual_seed(5))
@@ -133,7 +133,7 @@ def run_tensor_parallel_generate(out: Path, par: distributed.Parallel) -> None:
     for n_kv_heads in (CONFIG.n_kv_heads, CONFIG.n_heads):
         whole, sharded = (Llama(CONFIG.replace(n_kv_heads=n_kv_heads)).eval() for _ in range(2)
                           if torch.manual_seed(0))                # the same weights twice
-        parallelize(sharded, mesh)
+        apply_tp(sharded, mesh)
         seen = []
         forward = sharded.forward
 
@@ -144,12 +144,17 @@ def run_tensor_parallel_generate(out: Path, par: distributed.Parallel) -> None:
         tokens = generate(sharded, prompt, 12)
         gathered = [None] * par.world_size
         dist.all_gather_object(gathered, (tokens, seen[0]))
-        result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered}
+        attn = sharded.layers[0].self_attn
+        result[n_kv_heads] = {"reference": generate(whole, prompt, 12), "ranks": gathered,
+                              "config": sharded.config, "heads": (attn.n_heads, attn.n_kv_heads)}
+    whole, sharded = (Llama(CONFIG).eval() for _ in range(2) if torch.manual_seed(0))
+    parallel.apply_fsdp(sharded)               # FSDP2 gathers every head whole for each forward
+    result["fsdp"] = {"reference": generate(whole, prompt, 12), "tokens": generate(sharded, prompt, 12)}
     if par.is_main:
         torch.save(result, out / "tp-generate.pt")
 
 
-def run_full_disk(out: Path, par: distributed.Parallel) -> None:
+def run_full_disk(out: Path, par: parallel.Parallel) -> None:
     """An FSDP2 run whose checkpoint save meets a full disk: every file torch.distributed.checkpoint
     opens accepts 4096 bytes, then its write raises OSError(ENOSPC), as a file on a full disk does.
     Each rank writes what it raised to OUT/full-disk-RANK.txt."""
@@ -178,9 +183,9 @@ def run_full_disk(out: Path, par: distributed.Parallel) -> None:
         with original(self, path, mode) as stream:
             yield FullDisk(stream) if "w" in mode else stream
     FileSystem.create_stream = create_stream
-    sharded = distributed.Parallel(par.rank, par.world_size, par.local_rank, par.device, shard=True)
+    sharded = dataclasses.replace(par, shard=True)
     try:
-        train(fresh_model(), *data(), TRAIN, out_dir=out / "full-disk", until=5, parallel=sharded)
+        train(sharded.wrap(fresh_model()), *data(), TRAIN, out_dir=out / "full-disk", until=5, world=sharded)
         raised = "nothing"
     except BaseException as err:       # what the user sees (dcp's CheckpointException is a BaseException)
         raised = f"{type(err).__name__}: {err}"
@@ -189,13 +194,13 @@ def run_full_disk(out: Path, par: distributed.Parallel) -> None:
     (out / f"full-disk-{par.rank}.txt").write_text(raised)
 
 
-def run_disagreement(out: Path, par: distributed.Parallel) -> None:
+def run_disagreement(out: Path, par: parallel.Parallel) -> None:
     """The command line on two ranks launched with different --lr and --steps: each rank writes its
     exit status and what it printed to OUT/disagree-RANK.txt."""
     import contextlib
     import io
 
-    from llama_course.train import main
+    from llama_course.parallel.launch import main
 
     lr, steps = ("0.003", "300") if par.rank == 0 else ("0.001", "200")
     printed = io.StringIO()
@@ -214,7 +219,7 @@ def main() -> int:
 def run(out: Path, scenario: str) -> int:
     """One rank's part: the environment says which (torchrun's variables, or the test's)."""
     torch.set_num_threads(1)
-    par = distributed.setup(timeout_s=60)
+    par = parallel.setup(timeout_s=60)
     try:
         if scenario == "disagree":
             run_disagreement(out, par)
@@ -228,9 +233,9 @@ def run(out: Path, scenario: str) -> int:
         if scenario == "fail":
             if par.rank == 1:
                 raise RuntimeError("rank 1 fails on purpose")
-            distributed.barrier(par, timeout_s=60)      # rank 0 waits for a rank that never comes
+            parallel.barrier(par, timeout_s=60)      # rank 0 waits for a rank that never comes
             return 0
-        sharded = distributed.Parallel(par.rank, par.world_size, par.local_rank, par.device, shard=True)
+        sharded = dataclasses.replace(par, shard=True)
         for name, run in (("ddp", lambda: run_training(out, par, "ddp")),
                           ("fsdp", lambda: run_training(out, sharded, "fsdp")),
                           ("ddp with accumulation", lambda: run_accumulation(out, par)),
@@ -240,9 +245,9 @@ def run(out: Path, scenario: str) -> int:
             run()
             if par.is_main:
                 print(f"{name}: {time.perf_counter() - started:.1f} s", flush=True)
-        distributed.barrier(par)
+        parallel.barrier(par)
     finally:
-        distributed.teardown()
+        parallel.teardown()
     return 0
 
 

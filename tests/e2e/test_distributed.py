@@ -28,11 +28,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from llama_course import distributed
+from llama_course import parallel
 from llama_course.checkpoint import load_meta
 from llama_course.config import LlamaConfig
 from llama_course.model import Llama
 from llama_course.train import train
+from llama_course.train.checkpoint import SHARDED
+from llama_course.train.data import check_batch, local_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_worker as worker  # noqa: E402  (the worker's model, data and config)
@@ -141,9 +143,10 @@ def test_fsdp_holds_half_the_parameter_and_optimizer_state_per_rank(runs):
 @pytest.mark.parametrize("name", ["ddp", "fsdp"])
 def test_two_rank_checkpoint_resumes_on_one_process(runs, reference, name, tmp_path):
     directory = shutil.copytree(runs / f"{name}-until5", tmp_path / name)   # the run adds its own checkpoint
-    assert (directory / "checkpoint" / distributed.SHARDED).is_dir() == (name == "fsdp")
-    model = worker.fresh_model()
-    history = train(model, *worker.data(), worker.TRAIN, out_dir=directory, resume=True)
+    assert (directory / "checkpoint" / SHARDED).is_dir() == (name == "fsdp")
+    model = worker.fresh_model()                # one process; Chapter 13's checkpointer reads the shards
+    history = train(model, *worker.data(), worker.TRAIN, out_dir=directory, resume=True,
+                    world=parallel.Parallel())
     assert_same_run(history, model.state_dict(), *reference)
 
 
@@ -153,16 +156,17 @@ def test_a_sharded_checkpoint_is_saved_by_the_crash_safe_protocol(runs, tmp_path
 
     checkpoint = shutil.copytree(runs / "fsdp-until5" / "checkpoint", tmp_path / "checkpoint")
     listed = json.loads((checkpoint / "manifest.json").read_text())
-    shards = sorted(f.relative_to(checkpoint).as_posix() for f in (checkpoint / distributed.SHARDED).rglob("*"))
+    shards = sorted(f.relative_to(checkpoint).as_posix() for f in (checkpoint / SHARDED).rglob("*"))
     assert listed["step"] == 5 and sorted(listed["sha256"]) == sorted(["config.json", "state.pt", *shards])
     assert not any((runs / "fsdp-until5" / f"checkpoint{end}").exists() for end in (".tmp", ".old"))
     assert checkpoint_problem(checkpoint) is None
-    shard = next(f for f in (checkpoint / distributed.SHARDED).iterdir() if f.suffix == ".distcp")
+    shard = next(f for f in (checkpoint / SHARDED).iterdir() if f.suffix == ".distcp")
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF                                   # one flipped byte in one rank's shard
     shard.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="corrupted"):
-        train(worker.fresh_model(), *worker.data(), worker.TRAIN, out_dir=tmp_path, resume=True)
+        train(worker.fresh_model(), *worker.data(), worker.TRAIN, out_dir=tmp_path, resume=True,
+              world=parallel.Parallel())
 
 
 @pytest.mark.slow
@@ -201,7 +205,8 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
 def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_path):
     """Each rank's KV cache holds only its n_kv_heads / 2 heads (it was sized from the config's global
     count: twice too large with 2 key/value heads, a broadcast error with 4); the greedy tokens of
-    both ranks equal the unsharded model's."""
+    both ranks equal the unsharded model's. The tensor-parallel plan changes no head count: the
+    attention layers read theirs from the sharded weights' widths."""
     fork_two_ranks(tmp_path, "tp-generate", timeout=120)
     result = torch.load(tmp_path / "tp-generate.pt", weights_only=False)
     c = worker.CONFIG
@@ -211,6 +216,11 @@ def test_a_tensor_parallel_model_generates_the_tokens_of_the_whole_model(tmp_pat
         for tokens, cache_shape in result[n_kv_heads]["ranks"]:
             assert torch.equal(tokens, reference), n_kv_heads
             assert cache_shape == (2, n_kv_heads // 2, 5 + 12 - 1, c.head_dim)
+        # the plan changes the weights only: the config and the layers keep the whole model's heads
+        assert result[n_kv_heads]["config"] == c.replace(n_kv_heads=n_kv_heads)
+        assert result[n_kv_heads]["heads"] == (c.n_heads, n_kv_heads)
+    # FSDP2 shards the same weights between passes, but each forward computes every head
+    assert torch.equal(result["fsdp"]["tokens"], result["fsdp"]["reference"])
 
 
 def test_a_sharded_save_on_a_full_disk_says_so_and_names_the_folder(tmp_path):
@@ -242,45 +252,48 @@ def test_ranks_launched_with_different_options_all_stop_naming_each_difference(t
 @pytest.mark.slow
 def test_bad_use_is_a_clear_error(tmp_path, monkeypatch, runs):
     with pytest.raises(ValueError, match="divisible by world_size"):
-        distributed.check_batch(10, 4)
+        check_batch(10, 4)
     with pytest.raises(ValueError, match=r"world_size \(2\) x accum_steps \(3\)"):
-        distributed.check_batch(8, 2, 3)
-    two_ranks = distributed.Parallel(rank=0, world_size=3)
+        check_batch(8, 2, 3)
+    three_ranks = parallel.Parallel(rank=0, world_size=3)
     with pytest.raises(ValueError, match=r"batch_size \(8\) must be divisible by world_size \(3\)"):
-        train(worker.fresh_model(), *worker.data(), worker.TRAIN, parallel=two_ranks)
+        train(worker.fresh_model(), *worker.data(), worker.TRAIN, world=three_ranks)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="--shard .* at least 2"):
-        distributed.setup(shard=True)
+        parallel.setup(shard=True)
     other = Llama(LlamaConfig(vocab_size=64, d_model=32, n_layers=3, n_heads=4, d_ff=64, max_seq_len=32))
     with pytest.raises(ValueError, match="another model or run: n_layers: checkpoint 2, model 3"):
-        train(other, *worker.data(), worker.TRAIN, out_dir=runs / "fsdp-until5", resume=True)
+        train(other, *worker.data(), worker.TRAIN, out_dir=runs / "fsdp-until5", resume=True,
+              world=parallel.Parallel())
+    with pytest.raises(ValueError, match="sharded checkpoint .* llama_course.parallel"):
+        train(worker.fresh_model(), *worker.data(), worker.TRAIN, out_dir=runs / "fsdp-until5", resume=True)
     with pytest.raises(ValueError, match="another model or run: n_layers: checkpoint 2, model 3"):
         train(other, *worker.data(), worker.TRAIN, out_dir=runs / "ddp-until5", resume=True)
 
 
 def test_ranks_read_disjoint_halves_of_the_batch():
     windows = torch.arange(8 * 5).reshape(8, 5)
-    halves = [distributed.local_rows(windows, distributed.Parallel(rank=r, world_size=2)) for r in (0, 1)]
+    halves = [parallel.Parallel(rank=r, world_size=2).rows(windows) for r in (0, 1)]
     assert [h.shape[0] for h in halves] == [4, 4]
     assert torch.equal(torch.cat(halves), windows)                       # together: exactly the batch
     with pytest.raises(ValueError, match="divisible"):
-        distributed.local_rows(windows[:7], distributed.Parallel(rank=0, world_size=2))
+        local_rows(windows[:7], 0, 2)
 
 
 def test_memory_and_communication_match_the_zero_paper():
     # Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, mixed precision with Adam (K = 12)
     gb = 1e9
-    assert distributed.memory_per_gpu(7.5e9, 64, "ddp") / gb == pytest.approx(120)
-    assert distributed.memory_per_gpu(7.5e9, 64, "zero1") / gb == pytest.approx(31.4, abs=0.05)
-    assert distributed.memory_per_gpu(7.5e9, 64, "zero2") / gb == pytest.approx(16.6, abs=0.05)
-    assert distributed.memory_per_gpu(7.5e9, 64, "zero3") / gb == pytest.approx(1.88, abs=0.01)
+    assert parallel.memory_per_gpu(7.5e9, 64, "ddp") / gb == pytest.approx(120)
+    assert parallel.memory_per_gpu(7.5e9, 64, "zero1") / gb == pytest.approx(31.4, abs=0.05)
+    assert parallel.memory_per_gpu(7.5e9, 64, "zero2") / gb == pytest.approx(16.6, abs=0.05)
+    assert parallel.memory_per_gpu(7.5e9, 64, "zero3") / gb == pytest.approx(1.88, abs=0.01)
     # Section 7: ZeRO-1/2 communicate as much as data parallelism, ZeRO-3 1.5 times as much
-    ddp = distributed.communication_bytes(7.5e9, 64, "ddp")
-    assert distributed.communication_bytes(7.5e9, 64, "zero2") == ddp
-    assert distributed.communication_bytes(7.5e9, 64, "zero3") == pytest.approx(1.5 * ddp)
+    ddp = parallel.communication_bytes(7.5e9, 64, "ddp")
+    assert parallel.communication_bytes(7.5e9, 64, "zero2") == ddp
+    assert parallel.communication_bytes(7.5e9, 64, "zero3") == pytest.approx(1.5 * ddp)
     # ring all-reduce (Patarasuk and Yuan 2009): each GPU sends 2 (N - 1) / N of the fp16 gradients
     assert ddp == pytest.approx(2 * 63 / 64 * 7.5e9 * 2)
     with pytest.raises(ValueError, match="strategy"):
-        distributed.memory_per_gpu(1e9, 8, "zero4")
+        parallel.memory_per_gpu(1e9, 8, "zero4")
     with pytest.raises(ValueError, match="n_gpus"):
-        distributed.communication_bytes(1e9, 0)
+        parallel.communication_bytes(1e9, 0)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ._checks import assert_close
 
-PACKAGE_MODULES = ["llama_course.distributed", "llama_course.tensor_parallel"]
+PACKAGE_MODULES = ["llama_course.parallel.memory", "llama_course.parallel.tensor"]
 
 MEMORY = "Exercise 13.1 memory_per_gpu"
 COMM = "Exercise 13.2 communication_bytes"

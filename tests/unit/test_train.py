@@ -147,7 +147,7 @@ def test_a_crash_at_every_file_operation_of_a_save_resumes_from_the_newest_compl
         data, tmp_path, monkeypatch):
     import shutil
 
-    import llama_course.train as training
+    import llama_course.train.checkpoint as training
 
     cfg = TrainConfig(steps=8, batch_size=2, context_length=8, warmup_steps=1, eval_interval=4,
                       checkpoint_interval=4, progress=False)
@@ -268,7 +268,7 @@ def test_every_config_field_is_compared_on_resume(data, tmp_path):
 
 
 def test_checkpoint_interval(data, tmp_path, monkeypatch):
-    import llama_course.train as training
+    import llama_course.train.checkpoint as training
 
     saved = []
     monkeypatch.setattr(training, "save_checkpoint", lambda path, model, opt, step, *rest: saved.append(step))
@@ -318,7 +318,7 @@ def test_train_config_rejects_bad_values(field, value):
 def test_bf16_autocast_only_where_the_gpu_supports_it(monkeypatch):
     import warnings
 
-    from llama_course.train import _autocast
+    from llama_course.train.loop import _autocast
 
     for supported, dtype in ((True, torch.bfloat16), (False, torch.float16)):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True, s=supported: s)
@@ -442,7 +442,7 @@ def test_a_fresh_run_refuses_a_folder_that_holds_an_earlier_runs_checkpoint(data
     assert (tmp_path / "checkpoint" / "manifest.json").read_bytes() == before      # untouched
     from argparse import Namespace
 
-    from llama_course.train import _check_resume, _parser
+    from llama_course.train.cli import _check_resume, _parser
     with pytest.raises(SystemExit):                   # under torchrun --shard: refused before any work
         _check_resume(_parser(), Namespace(out=tmp_path, shard=True), CONFIG, cfg)
     assert "is a whole-model checkpoint; resume it without --shard" in capsys.readouterr().err
@@ -490,18 +490,16 @@ def test_extending_a_finished_run_keeps_its_schedule(data, tmp_path):
 def test_two_runs_on_one_folder_the_second_names_the_lock_and_its_holder(tmp_path, capsys, course_tokenizer):
     import os
 
-    from llama_course.distributed import Parallel
-    from llama_course.train import main, run_lock
+    from llama_course.train import World, main, run_lock
 
-    with run_lock(tmp_path, Parallel()):                                   # a run in progress
+    with run_lock(tmp_path, World()):                                   # a run in progress
         with pytest.raises(SystemExit) as exit_:
             main(["--out", str(tmp_path), *TINY_CLI])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and f"process {os.getpid()} holds {tmp_path / 'train.lock'}" in err
     assert not (tmp_path / "checkpoint").exists() and not (tmp_path / "tokenizer.json").exists()
-    hold = ("import time; from pathlib import Path; from llama_course.distributed import Parallel\n"
-            "from llama_course.train import run_lock\n"
-            f"with run_lock(Path({str(tmp_path)!r}), Parallel()):\n print('held', flush=True); time.sleep(120)")
+    hold = ("import time; from pathlib import Path; from llama_course.train import World, run_lock\n"
+            f"with run_lock(Path({str(tmp_path)!r}), World()):\n print('held', flush=True); time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
@@ -511,7 +509,7 @@ def test_two_runs_on_one_folder_the_second_names_the_lock_and_its_holder(tmp_pat
     finally:
         holder.kill()
         holder.wait()
-    with run_lock(tmp_path, Parallel()):                                   # released when its process ended
+    with run_lock(tmp_path, World()):                                   # released when its process ended
         pass
 
 
