@@ -431,7 +431,7 @@ NOT_AN_EQUATION = {
     ("llama_course/gqa.py", "gqa_attention"): "regroups the queries, then calls scaled_dot_product_attention",
     ("llama_course/moe.py", "MoE.forward"): "dispatch; the routing equation is route_topk's",
     ("llama_course/moe.py", "MoE.route"): "calls route_topk with Mixtral's arguments",
-    ("llama_course/deepseek_moe.py", "DeepSeekMoE"): "route_topk with DeepSeek's arguments, MoE.forward, shared experts",
+    ("llama_course/deepseek_moe.py", "DeepSeekMoE"): "route_topk with DeepSeek's arguments, MoE.forward, shared",
     ("llama_course/train.py", "make_optimizer"): "chooses AdamW's hyperparameters; torch computes the update",
     ("llama_course/train.py", "train"): "the loop; lr_at and train_step are printed on their own",
     ("llama_course/train.py", "train_step"): "calls the loss, clipping and the optimizer",
