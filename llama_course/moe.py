@@ -108,10 +108,10 @@ def best_groups_only(scores: torch.Tensor, n_group: int,
     best scores sum highest, so that no top-k can choose there."""
     n, n_experts = scores.shape
     grouped = scores.view(n, n_group, n_experts // n_group)      # (N, G, E/G)
-    best2 = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values
+    best2 = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values  # (N, G, 2)
     group_score = best2.sum(-1)                                  # (N, G)
     best = group_score.topk(topk_group, dim=-1).indices          # (N, k_g)
-    keep = torch.zeros_like(group_score, dtype=torch.bool)
+    keep = torch.zeros_like(group_score, dtype=torch.bool)       # (N, G)
     keep = keep.scatter_(1, best, True)                          # (N, G)
     keep = keep[:, :, None].expand_as(grouped).reshape(n, n_experts)  # (N, E)
     return scores.masked_fill(~keep, float("-inf"))              # (N, E)

@@ -390,3 +390,19 @@ def test_deepseek_moe_is_chapter_10s_moe_with_its_dispatch():
     with torch.no_grad():
         moe(x)
     assert moe.dropped == sum(max(0, c - 2) for c in torch.bincount(experts.flatten(), minlength=8).tolist())
+
+
+def test_route_topk_names_its_bad_deepseek_arguments():
+    logits = torch.randn(3, 8)
+    with pytest.raises(ValueError, match="score"):
+        route_topk(logits, 2, score="relu")
+    with pytest.raises(ValueError, match="n_group"):
+        route_topk(logits, 2, n_group=3)                        # 8 experts do not split in 3
+    with pytest.raises(ValueError, match="topk_group"):
+        route_topk(logits, 2, n_group=4, topk_group=5)
+    with pytest.raises(ValueError, match="top_k"):
+        route_topk(logits, 5, n_group=4, topk_group=2)          # only 4 experts allowed
+    with pytest.raises(ValueError, match="bias"):
+        route_topk(logits, 2, bias=torch.zeros(7))
+    with pytest.raises(TypeError, match="bias"):
+        route_topk(logits, 2, bias=torch.zeros(8, dtype=torch.long))
