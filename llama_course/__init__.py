@@ -48,7 +48,7 @@ imports only from its own layer or those above it in this list):
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention, softmax
 from .config import PRESETS, LlamaConfig, count_parameters, ffn_hidden_dim
-from .deepseek_moe import DeepSeekMoE, route_deepseek
+from .deepseek_moe import DeepSeekMoE
 from .device import available_devices, get_device, seed_everything, synchronize
 from .embedding import embed
 from .ffn import SwiGLU, silu, swiglu
@@ -69,7 +69,6 @@ __all__ = [
     "DeepSeekMoE",
     "MultiHeadLatentAttention",
     "banded_mask",
-    "route_deepseek",
     "Attention",
     "KVCache",
     "Llama",

@@ -22,7 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_int, check_one_of, check_positive_int, check_tensor
+from .checks import (
+    check_int,
+    check_one_of,
+    check_positive_int,
+    check_positive_number,
+    check_tensor,
+)
 from .config import LlamaConfig
 from .linear import Linear
 
@@ -97,11 +103,15 @@ def _broadcast(*shapes) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def check_attention_inputs(q, k, v, mask, backend: str, kv_groups: int = 1) -> None:
+def check_attention_inputs(q, k, v, mask, backend: str, kv_groups: int = 1,
+                           scale: float | None = None) -> None:
     """q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v) floating tensors on one device, d >= 1,
     L_k >= 1; ``mask`` boolean, broadcasting to the scores; ``kv_groups`` query heads per K/V head.
+    ``scale``: None or a positive number.
     Metadata only (shapes, dtypes, devices): it runs in every layer of every forward."""
     check_one_of("backend", backend, BACKENDS)
+    if scale is not None:
+        check_positive_number("scale", scale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, min_ndim=2, floating=True, like=q, like_name="q")
     if q.shape[-1] != k.shape[-1] or q.shape[-1] == 0:
@@ -122,20 +132,25 @@ def check_attention_inputs(q, k, v, mask, backend: str, kv_groups: int = 1) -> N
                              f"{tuple(scores_shape)} of q {tuple(q.shape)} and k {tuple(k.shape)}")
 
 
-def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 mask: torch.Tensor | None = None, backend: str = "explicit") -> torch.Tensor:
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor,
+                                 v: torch.Tensor,
+                                 mask: torch.Tensor | None = None,
+                                 backend: str = "explicit",
+                                 scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) masked) v, for q (..., L_q, d), k (..., L_k, d), v (..., L_k, d_v).
 
     ``mask`` is boolean and broadcasts to (..., L_q, L_k); True means "may attend". A query whose
     keys are all masked gets zeros. ``backend="explicit"`` (default) spells out every step and
     materialises the L_q x L_k score matrix; ``backend="sdpa"`` calls torch's fused
     F.scaled_dot_product_attention (Flash/memory-efficient kernels where available) with the
-    same result up to rounding.
+    same result up to rounding. ``scale`` replaces 1 / sqrt(d): Chapter 12's
+    MLA sets its own.
     """
-    check_attention_inputs(q, k, v, mask, backend)
+    check_attention_inputs(q, k, v, mask, backend, scale=scale)
     if backend == "sdpa":
-        return fused_attention(q, k, v, mask)                          # (..., L_q, d_v) torch's kernels
-    scale = 1.0 / math.sqrt(q.shape[-1])                               # 1 / sqrt(d)
+        return fused_attention(q, k, v, mask, scale=scale)  # (..., L_q, d_v)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])                # 1 / sqrt(d)
     dtype = torch.float32 if q.dtype == torch.float16 else q.dtype     # float16's q . k overflows at 65,504
     scores = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * scale     # (..., L_q, L_k)
     if mask is not None:
@@ -144,13 +159,16 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return weights @ v                                                 # (..., L_q, d_v)
 
 
-def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                    enable_gqa: bool = False) -> torch.Tensor:
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None = None, enable_gqa: bool = False,
+                    scale: float | None = None) -> torch.Tensor:
     """torch's F.scaled_dot_product_attention (``enable_gqa``: k and v have one head per group of
     query heads), made to agree with the explicit formula in its two corners: a query that sees no
     key gets zeros (the kernels give NaN), and a NaN in q or in a key it sees gives NaN (the kernels
-    skip it and give zeros)."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)  # (..., L_q, d_v)
+    skip it and give zeros). ``scale``: None for 1 / sqrt(d)."""
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale,
+        enable_gqa=enable_gqa)                     # (..., L_q, d_v)
     groups = q.shape[-3] // k.shape[-3] if enable_gqa else 1
     nan_key = k.isnan().any(-1)                                                            # (..., H_kv, L_k)
     if mask is None:                                               # every query sees every key (decode)

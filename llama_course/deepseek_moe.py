@@ -1,4 +1,4 @@
-"""DeepSeekMoE (Chapter 12; DeepSeek-V3): many small routed experts, a few shared ones.
+"""DeepSeekMoE (Chapter 12; DeepSeek-V3): Chapter 10's MoE plus these changes.
 
     s       = sigmoid(x W_r^T)                       (N, E) each expert's affinity, float32
     s'      = s + b                                  b: the balancing bias, used to *choose* only
@@ -8,9 +8,12 @@
     w       = s_e / sum_j s_e_j * routed_scaling_factor              weights from s, never from s'
     y       = Shared(x) + sum_j w_j Expert_{e_j}(x)  every token also passes the shared experts
 
-The first ``first_k_dense_replace`` blocks keep a dense SwiGLU. Auxiliary-loss-free balancing
-(DeepSeek-AI 2024, Sec. 2.1.2): after each step, b_e -= gamma for an overloaded expert and
-b_e += gamma for an underloaded one; no loss term pulls on the router.
+The routing is moe.route_topk with DeepSeek's arguments (score="sigmoid",
+the bias, the groups, the scaling); the dispatch is MoE.forward's, unchanged.
+The first ``first_k_dense_replace`` blocks keep a dense SwiGLU.
+Auxiliary-loss-free balancing (DeepSeek-AI 2024, Sec. 2.1.2): after each step,
+b_e -= gamma for an overloaded expert and b_e += gamma for an underloaded one;
+no loss term pulls on the router.
 """
 
 from __future__ import annotations
@@ -21,37 +24,23 @@ from torch import nn
 
 from .config import LlamaConfig
 from .ffn import SwiGLU
+from .moe import MoE, best_groups_only, route_topk
 
 
-def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int = 1, topk_group: int = 1) -> torch.Tensor:
-    """Indices (N, k) of the top-k of ``scores`` (N, E) among the experts of the ``topk_group`` groups
-    whose two best scores sum highest (E experts in ``n_group`` equal groups)."""
-    n, n_experts = scores.shape
-    if n_experts % n_group or not 1 <= topk_group <= n_group or not 1 <= top_k <= topk_group * n_experts // n_group:
-        raise ValueError(f"need n_group | E, 1 <= topk_group <= n_group, 1 <= top_k <= allowed experts; got "
-                         f"E={n_experts}, n_group={n_group}, topk_group={topk_group}, top_k={top_k}")
-    grouped = scores.view(n, n_group, n_experts // n_group)                   # (N, G, E/G)
-    group_score = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(-1)  # (N, G)
-    best_groups = group_score.topk(topk_group, dim=-1).indices                # (N, topk_group)
-    allowed = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, best_groups, True)  # (N, G)
-    allowed = allowed[:, :, None].expand_as(grouped).reshape(n, n_experts)   # (N, E)
-    return scores.masked_fill(~allowed, float("-inf")).topk(top_k, dim=-1).indices  # (N, k)
-
-
-def route_deepseek(router_logits: torch.Tensor, top_k: int, bias: torch.Tensor | None = None,
-                   n_group: int = 1, topk_group: int = 1, normalize: bool = True,
-                   scaling: float = 1.0, score: str = "sigmoid") -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights (N, k) in (at least) float32 and experts (N, k) from router logits (N, E), DeepSeek-V3's rule."""
-    if score not in ("sigmoid", "softmax"):
-        raise ValueError(f"score must be 'sigmoid' or 'softmax', got {score!r}")
-    logits = router_logits.to(torch.promote_types(router_logits.dtype, torch.float32))  # at least float32
-    s = logits.sigmoid() if score == "sigmoid" else logits.softmax(dim=-1)   # (N, E) affinities
-    choice = s if bias is None else s + bias.to(s.dtype)                        # (N, E) the bias only selects
-    experts = group_limited_topk(choice, top_k, n_group, topk_group)          # (N, k)
-    weights = s.gather(1, experts)                                            # (N, k) unbiased scores
-    if normalize:
-        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)       # the k weights sum to 1
-    return weights * scaling, experts
+def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int = 1,
+                       topk_group: int = 1) -> torch.Tensor:
+    """Indices (N, k) of the top-k of ``scores`` (N, E) among the experts of
+    the ``topk_group`` groups whose two best scores sum highest (E experts in
+    ``n_group`` equal groups): route_topk's choice, on given scores."""
+    n_experts = scores.shape[-1]
+    if n_group < 1 or n_experts % n_group or not 1 <= topk_group <= n_group \
+            or not 1 <= top_k <= n_experts // n_group * topk_group:
+        raise ValueError(
+            "need n_group | E, 1 <= topk_group <= n_group and 1 <= top_k <= "
+            f"E / n_group * topk_group; got E={n_experts}, n_group={n_group}, "
+            f"topk_group={topk_group}, top_k={top_k}")
+    kept = best_groups_only(scores, n_group, topk_group)  # (N, E)
+    return kept.topk(top_k, dim=-1).indices                # (N, k)
 
 
 def update_balancing_bias(bias: torch.Tensor, experts: torch.Tensor, rate: float = 1e-3) -> torch.Tensor:
@@ -74,37 +63,38 @@ class Router(nn.Linear):
         return F.linear(x.to(dtype), self.weight.to(dtype))                  # (N, E) logits, at least float32
 
 
-class DeepSeekMoE(nn.Module):
-    """Shared experts plus routed experts, transformers' DeepseekV3MoE names:
-    gate (Router), experts.N.{gate,up,down}_proj, shared_experts.{gate,up,down}_proj."""
+class DeepSeekMoE(MoE):
+    """Chapter 10's MoE (its dispatch, unchanged) with DeepSeek-V3's router and
+    shared experts; transformers' DeepseekV3MoE names: gate (Router),
+    experts.N.{gate,up,down}_proj, shared_experts.{gate,up,down}_proj."""
 
     def __init__(self, config: LlamaConfig, device=None, dtype=None):
-        super().__init__()
-        c = config
+        c, kw = config, dict(device=device, dtype=dtype)
         width = c.moe_d_ff or c.d_ff
-        self.top_k, self.n_group, self.topk_group = c.n_experts_per_token, c.n_group, c.topk_group
-        self.normalize, self.scaling, self.score = c.moe_norm_topk, c.routed_scaling_factor, c.moe_router
-        self.gate = Router(c.d_model, c.n_experts, device=device, dtype=dtype)
-        self.experts = nn.ModuleList(SwiGLU(c.d_model, width, device=device, dtype=dtype) for _ in range(c.n_experts))
-        self.shared_experts = SwiGLU(c.d_model, width * c.n_shared_experts, device=device, dtype=dtype) \
-            if c.n_shared_experts else None
-        self.router_logits: torch.Tensor | None = None
+        gate = Router(c.d_model, c.n_experts, **kw)   # float32, with the bias
+        super().__init__(c.d_model, width, c.n_experts, c.n_experts_per_token,
+                         normalize_topk=c.moe_norm_topk, gate=gate, **kw)
+        self.score, self.scaling = c.moe_router, c.routed_scaling_factor
+        self.n_group, self.topk_group = c.n_group, c.topk_group
+        shared = width * c.n_shared_experts
+        self.shared_experts = (SwiGLU(c.d_model, shared, **kw) if shared
+                               else None)
         self.chosen: torch.Tensor | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        x = x.reshape(-1, shape[-1])                                           # (N, d)
-        self.router_logits = logits = self.gate(x)                             # (N, E) float32
-        weights, experts = route_deepseek(logits, self.top_k, self.gate.e_score_correction_bias, self.n_group,
-                                          self.topk_group, self.normalize, self.scaling, self.score)
-        self.chosen = experts                                                  # (N, k) for balancing
-        out = torch.zeros_like(x)                                              # (N, d)
-        token = torch.arange(x.shape[0], device=x.device)[:, None].expand_as(experts)  # (N, k)
-        for e in experts.unique().tolist():                                    # only the experts in use
-            rows, slot = (experts == e).nonzero(as_tuple=True)                 # tokens sent to e
-            y = self.experts[e](x[rows]) * weights[rows, slot, None]           # (n_e, d)
-            out.index_add_(0, token[rows, slot], y.to(x.dtype))
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)                                 # every token, no weight
-        return out.reshape(shape)
+    def route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chapter 10's route_topk with DeepSeek-V3's arguments: sigmoid
+        scores, the balancing bias (it chooses, it does not weigh), the
+        group-limited top-k and the routed scaling factor. Keeps the choice
+        (``chosen``) for update_balancing_bias."""
+        weights, self.chosen = route_topk(
+            logits, self.top_k, self.normalize_topk, score=self.score,
+            bias=self.gate.e_score_correction_bias, n_group=self.n_group,
+            topk_group=self.topk_group, scaling=self.scaling)  # (N, k) twice
+        return weights, self.chosen
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """y = Shared(x) + sum_j w_j Expert_{e_j}(x); (..., d) -> (..., d)."""
+        y = super().forward(x)                 # (..., d) routed: MoE.forward
+        if self.shared_experts is not None:
+            y = y + self.shared_experts(x)     # (..., d) every token, no w
+        return y

@@ -12,6 +12,8 @@ and rebuilds the heads' keys and values from it:
     score         = (q_nope . k_nope + RoPE(q_pe) . k_pe) / sqrt(d_n + d_r)
     out           = o_proj( softmax(score) v , heads merged )
 
+softmax(score) v is Chapter 4's scaled_dot_product_attention, given this scale.
+
 Absorption. With W_UK_h (d_n, r) and W_UV_h (d_v, r) the rows of kv_b_proj for head h,
 
     q_nope . k_nope = q_nope . (W_UK_h c) = (W_UK_h^T q_nope) . c        fold W_UK into the query
@@ -38,7 +40,7 @@ import math
 import torch
 from torch import nn
 
-from .attention import causal_mask, merge_heads, softmax
+from .attention import causal_mask, merge_heads, scaled_dot_product_attention
 from .checks import check_number
 from .config import LlamaConfig
 from .linear import Linear
@@ -59,18 +61,6 @@ def mla_scale(config: LlamaConfig) -> float:
         mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
         scale *= mscale * mscale
     return scale
-
-
-def latent_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                     scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale, masked) v for q (B, H, T, d), k (B, 1 or H, S, d), v (B, 1 or H, S, d_v).
-
-    A one-head k and v broadcast over the H query heads (MQA-style, as MLA's latents are)."""
-    scores = (q @ k.transpose(-2, -1)) * scale                         # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))              # (B, H, T, S)
-    weights = softmax(scores, dim=-1)                                  # (B, H, T, S) rows sum to 1
-    return weights @ v                                                 # (B, H, T, d_v)
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -123,9 +113,11 @@ class MultiHeadLatentAttention(nn.Module):
         batch, _, seq, _ = c_kv.shape
         kv = self.kv_b_proj(c_kv[:, 0]).view(batch, seq, self.n_heads, -1).transpose(1, 2)  # (B, H, S, d_n + d_v)
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)           # (B, H, S, d_n), (B, H, S, d_v)
-        k = torch.cat([k_nope, k_pe.expand(-1, self.n_heads, -1, -1)], dim=-1)  # (B, H, S, d_n + d_r)
-        q = torch.cat([q_nope, q_pe], dim=-1)                              # (B, H, T, d_n + d_r)
-        return latent_attention(q, k, v, mask, self.scale)                 # (B, H, T, d_v)
+        k_pe = k_pe.expand(-1, self.n_heads, -1, -1)  # (B, H, S, d_r) shared
+        k = torch.cat([k_nope, k_pe], dim=-1)         # (B, H, S, d_n + d_r)
+        q = torch.cat([q_nope, q_pe], dim=-1)         # (B, H, T, d_n + d_r)
+        return scaled_dot_product_attention(
+            q, k, v, mask, scale=self.scale)          # (B, H, T, d_v)
 
     def absorbed(self, q_nope, q_pe, c_kv, k_pe, mask=None) -> torch.Tensor:
         """Attend in the latent space: W_UK folded into the query, W_UV applied after. (B, H, T, d_v)."""
@@ -133,7 +125,8 @@ class MultiHeadLatentAttention(nn.Module):
         q_latent = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)            # (B, H, T, r)
         q = torch.cat([q_latent, q_pe], dim=-1)                            # (B, H, T, r + d_r)
         k = torch.cat([c_kv, k_pe], dim=-1)                                # (B, 1, S, r + d_r) shared by heads
-        out_latent = latent_attention(q, k, c_kv, mask, self.scale)        # (B, H, T, r)
+        out_latent = scaled_dot_product_attention(
+            q, k, c_kv, mask, scale=self.scale)       # (B, H, T, r) v = c_kv
         return torch.einsum("bhtr,hvr->bhtv", out_latent, w_uv)            # (B, H, T, d_v)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,

@@ -20,7 +20,13 @@ import math
 import torch
 from torch import nn
 
-from .checks import check_int, check_positive_int, check_positive_number, check_tensor
+from .checks import (
+    check_int,
+    check_one_of,
+    check_positive_int,
+    check_positive_number,
+    check_tensor,
+)
 from .ffn import SwiGLU
 
 
@@ -41,43 +47,113 @@ def _layers(router_logits, n_experts: int | None = None) -> tuple[torch.Tensor, 
     return layers
 
 
-def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Routing weights (N, k) in float32 (at least) and expert indices (N, k) from router logits (N, E)."""
-    check_int("top_k", top_k, 1, check_tensor("router_logits", router_logits, min_ndim=1, floating=True).shape[-1])
-    probs = torch.softmax(router_logits.to(torch.promote_types(router_logits.dtype, torch.float32)), dim=-1)  # (N, E)
-    weights, experts = probs.topk(top_k, dim=-1)                  # (N, k), (N, k)
+SCORES = ("softmax", "sigmoid")
+
+
+def route_topk(router_logits: torch.Tensor, top_k: int, normalize: bool = True,
+               score: str = "softmax", bias: torch.Tensor | None = None,
+               n_group: int = 1, topk_group: int = 1,
+               scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routing weights (N, k) in float32 (at least) and expert indices (N, k)
+    from router logits h (N, E). Mixtral: the defaults. DeepSeek-V3
+    (Chapter 12) changes the arguments after ``normalize``:
+
+        p = softmax(h), or sigmoid(h) when score="sigmoid"      (N, E)
+        e = top-k of p + bias, within the topk_group best of n_group groups
+        w = p_e / sum_j p_e_j (if normalize) * scaling          (N, k)
+
+    The bias only chooses: the weights come from p.
+    """
+    _check_route(router_logits, top_k, score, bias, n_group, topk_group)
+    h = router_logits.to(torch.promote_types(router_logits.dtype,
+                                             torch.float32))  # (N, E) float32+
+    if score == "softmax":
+        p = torch.softmax(h, dim=-1)               # (N, E) Mixtral: sums to 1
+    else:
+        p = torch.sigmoid(h)                       # (N, E) DeepSeek-V3
+    choice = p if bias is None else p + bias.to(p.dtype)  # (N, E)
+    if n_group > 1:
+        choice = best_groups_only(choice, n_group, topk_group)  # (N, E)
+    experts = choice.topk(top_k, dim=-1).indices   # (N, k) the k best
+    weights = p.gather(-1, experts)                # (N, k) from p, not bias
     if normalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)     # the k weights sum to 1
-    return weights, experts
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)  # sum to 1
+    return weights * scaling, experts
+
+
+def _check_route(router_logits, top_k, score, bias, n_group, topk_group):
+    """route_topk's arguments. Metadata only: reads no values."""
+    check_tensor("router_logits", router_logits, min_ndim=1, floating=True)
+    n_experts = router_logits.shape[-1]
+    check_one_of("score", score, SCORES)
+    check_positive_int("n_group", n_group)
+    check_int("topk_group", topk_group, 1, n_group)
+    if n_experts % n_group:
+        raise ValueError(f"n_group ({n_group}) must divide the {n_experts} "
+                         "experts into equal groups")
+    allowed = n_experts // n_group * topk_group   # experts a token may use
+    check_int("top_k", top_k, 1, allowed)
+    if bias is not None:
+        check_tensor("bias", bias, 1, floating=True, like=router_logits,
+                     like_name="router_logits")
+        if bias.shape[0] != n_experts:
+            raise ValueError(f"bias must have one entry per expert "
+                             f"({n_experts}), got {tuple(bias.shape)}")
+
+
+def best_groups_only(scores: torch.Tensor, n_group: int,
+                     topk_group: int) -> torch.Tensor:
+    """DeepSeek-V3's group limit (Chapter 12): ``scores`` (N, E) of E experts
+    in n_group equal groups, with -inf outside the topk_group groups whose two
+    best scores sum highest, so that no top-k can choose there."""
+    n, n_experts = scores.shape
+    grouped = scores.view(n, n_group, n_experts // n_group)      # (N, G, E/G)
+    best2 = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values  # (N, G, 2)
+    group_score = best2.sum(-1)                                  # (N, G)
+    best = group_score.topk(topk_group, dim=-1).indices          # (N, k_g)
+    keep = torch.zeros_like(group_score, dtype=torch.bool)       # (N, G)
+    keep = keep.scatter_(1, best, True)                          # (N, G)
+    keep = keep[:, :, None].expand_as(grouped).reshape(n, n_experts)  # (N, E)
+    return scores.masked_fill(~keep, float("-inf"))              # (N, E)
 
 
 class MoE(nn.Module):
     """A sparse mixture-of-experts FFN with Mixtral's shapes.
 
-    gate     nn.Linear(d_model, n_experts), no bias: the router
+    gate     nn.Linear(d_model, n_experts), no bias: the router (or the
+             ``gate`` given: DeepSeekMoE gives its own)
     experts  n_experts SwiGLU FFNs of width d_ff
-    After each forward, ``router_logits`` (N, E) and ``dropped`` (assignments over capacity) are kept.
+    After each forward, ``router_logits`` (N, E) and ``dropped`` (assignments
+    over capacity) are kept.
     """
 
     def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int, normalize_topk: bool = True,
-                 capacity_factor: float | None = None, device=None, dtype=None):
+                 capacity_factor: float | None = None, device=None, dtype=None,
+                 gate: nn.Module | None = None):
         super().__init__()
         check_int("top_k", top_k, 1, check_positive_int("n_experts", n_experts))
         if capacity_factor is not None:   # None: no limit
             check_positive_number("capacity_factor", capacity_factor)
         self.n_experts, self.top_k = n_experts, top_k
         self.normalize_topk, self.capacity_factor = normalize_topk, capacity_factor
-        self.gate = nn.Linear(d_model, n_experts, bias=False, device=device, dtype=dtype)
+        if gate is None:
+            gate = nn.Linear(d_model, n_experts, bias=False, device=device,
+                             dtype=dtype)
+        self.gate = gate
         self.experts = nn.ModuleList(SwiGLU(d_model, d_ff, device=device, dtype=dtype) for _ in range(n_experts))
         self.router_logits: torch.Tensor | None = None
         self.dropped = 0
+
+    def route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mixtral's routing: weights and experts (N, k) from logits (N, E)."""
+        return route_topk(logits, self.top_k, self.normalize_topk)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_tensor("x", x, min_ndim=1, floating=True, like=self.gate.weight, like_name="the router's weight")
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                    # (N, d) every token
         logits = self.gate(x)                                           # (N, E)
-        weights, experts = route_topk(logits, self.top_k, self.normalize_topk)  # (N, k), (N, k)
+        weights, experts = self.route(logits)             # (N, k), (N, k)
         self.router_logits = logits
 
         flat_expert = experts.reshape(-1)                               # (N*k,) one row per assignment

@@ -438,7 +438,8 @@ EQUATIONS = {
     ("llama_course/cost.py", "kv_cache_bytes"): ("*",),                                 # eq-ch08-kv-bytes
     ("llama_course/gqa.py", "repeat_kv"): ("expand", "reshape"),
     ("llama_course/gqa.py", "mha_to_gqa"): ("mean",),                                   # eq-ch09-mean-pool
-    ("llama_course/moe.py", "route_topk"): ("softmax", "topk"),
+    ("llama_course/moe.py", "route_topk"):                                              # eq-ch10-router, eq-ch12-route
+        ("softmax", "sigmoid", "+", "best_groups_only", "topk", "gather", "/", "*"),
     ("llama_course/moe.py", "load_balancing_loss"): ("softmax", "*", "sum"),
     ("llama_course/moe.py", "router_z_loss"): ("logsumexp", "pow", "mean"),
     ("llama_course/train/loop.py", "lr_at"): ("cos",),                                       # eq-ch11-lr
@@ -452,6 +453,8 @@ NOT_AN_EQUATION = {
     ("llama_course/kv_cache.py", "KVCache.update"): "stores keys and values; the equation is the buffer's shape",
     ("llama_course/gqa.py", "gqa_attention"): "regroups the queries, then calls scaled_dot_product_attention",
     ("llama_course/moe.py", "MoE.forward"): "dispatch; the routing equation is route_topk's",
+    ("llama_course/moe.py", "MoE.route"): "calls route_topk with Mixtral's arguments",
+    ("llama_course/deepseek_moe.py", "DeepSeekMoE"): "route_topk with DeepSeek's arguments, MoE.forward, shared",
     ("llama_course/train/loop.py", "make_optimizer"): "chooses AdamW's hyperparameters; torch computes the update",
     ("llama_course/train/loop.py", "train"): "the loop; lr_at and train_step are printed on their own",
     ("llama_course/train/loop.py", "train_step"): "calls the loss, clipping and the optimizer",

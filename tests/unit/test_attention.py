@@ -208,3 +208,24 @@ def test_chapter_4_attention_is_the_llama_layer_without_the_later_steps():
         assert torch.equal(plain(x), full(x))
         assert torch.equal(plain(x), plain(x, causal_mask(5)))
     assert set(plain.state_dict()) == {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}
+
+
+@pytest.mark.parametrize("backend", ["explicit", "sdpa"])
+def test_explicit_scale_and_a_value_width_of_its_own(backend):
+    # Chapter 12's MLA passes its own softmax scale, and its values are narrower than its keys;
+    # the oracle is torch's F.scaled_dot_product_attention with the same scale.
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 3, 5, 12, generator=g), torch.randn(2, 3, 7, 12, generator=g)
+    v = torch.randn(2, 3, 7, 4, generator=g)                    # d_v = 4, d = 12
+    mask = causal_mask(5, 7)
+    for scale in (0.05, 1.7):
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        got = scaled_dot_product_attention(q, k, v, mask, backend, scale=scale)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    default = scaled_dot_product_attention(q, k, v, mask, backend)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask, backend, scale=12 ** -0.5), default)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="scale"):
+            scaled_dot_product_attention(q, k, v, mask, backend, scale=bad)
+    with pytest.raises(TypeError, match="scale"):
+        scaled_dot_product_attention(q, k, v, mask, backend, scale="0.1")

@@ -9,11 +9,11 @@ from safetensors.torch import save_file
 
 from llama_course import PRESETS, KVCache, LlamaConfig, count_parameters, generate
 from llama_course.checkpoint import load_hf
-from llama_course.deepseek_moe import DeepSeekMoE, group_limited_topk, route_deepseek, update_balancing_bias
+from llama_course.deepseek_moe import DeepSeekMoE, group_limited_topk, update_balancing_bias
 from llama_course.grade.testing import realistic_weights_
 from llama_course.mla import MultiHeadLatentAttention
 from llama_course.model import Llama
-from llama_course.moe import MoE
+from llama_course.moe import MoE, route_topk
 
 transformers = pytest.importorskip("transformers")
 
@@ -32,12 +32,12 @@ def test_group_limited_topk_by_hand():
 def test_bias_selects_but_does_not_weight():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     bias = torch.tensor([0.0, 0.0, 0.0, 1.0])                                  # favour expert 3
-    weights, experts = route_deepseek(logits, 2, bias=bias, normalize=True, scaling=2.5)
+    weights, experts = route_topk(logits, 2, True, "sigmoid", bias=bias, scaling=2.5)
     s = torch.sigmoid(logits[0])
     assert experts[0].tolist() == [3, 0]                                        # 0.27 + 1 beats 0.88
     expected = torch.stack([s[3], s[0]]) / (s[3] + s[0]) * 2.5                 # from s, not s + b
     torch.testing.assert_close(weights[0], expected)
-    plain_w, plain_e = route_deepseek(logits, 2, normalize=False)
+    plain_w, plain_e = route_topk(logits, 2, False, "sigmoid")
     assert plain_e[0].tolist() == [0, 1]
     torch.testing.assert_close(plain_w[0], s[:2])
 
@@ -49,11 +49,11 @@ def test_balancing_bias_moves_load_toward_even():
     bias = torch.zeros(n_experts)
     for _ in range(300):
         logits = torch.randn(256, n_experts) + skew
-        _, experts = route_deepseek(logits, top_k, bias=bias)
+        _, experts = route_topk(logits, top_k, score="sigmoid", bias=bias)
         bias = update_balancing_bias(bias, experts, rate=0.01)
     logits = torch.randn(4096, n_experts) + skew
-    before = torch.bincount(route_deepseek(logits, top_k)[1].reshape(-1), minlength=n_experts)
-    after = torch.bincount(route_deepseek(logits, top_k, bias=bias)[1].reshape(-1), minlength=n_experts)
+    before = torch.bincount(route_topk(logits, top_k, score="sigmoid")[1].reshape(-1), minlength=n_experts)
+    after = torch.bincount(route_topk(logits, top_k, score="sigmoid", bias=bias)[1].reshape(-1), minlength=n_experts)
     assert before.max() / before.float().mean() > 2.5                          # skewed without the bias
     assert after.max() / after.float().mean() < 1.3                           # near even with it
     assert bias[0] < 0 < bias[-1]                                               # favoured expert pushed down
@@ -223,7 +223,8 @@ def test_config_checks_moe_fields():
 
 def test_routing_keeps_float64_and_runs_on_the_inputs_device(device):
     logits = torch.randn(5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
-    weights, experts = route_deepseek(logits, 2, bias=torch.zeros(8, device=device), n_group=4, topk_group=2)
+    bias = torch.zeros(8, device=device)
+    weights, experts = route_topk(logits, 2, score="sigmoid", bias=bias, n_group=4, topk_group=2)
     assert weights.dtype == torch.float64 and weights.device.type == device.type == experts.device.type
     torch.testing.assert_close(weights.sum(-1), torch.ones(5, dtype=torch.float64, device=device))
 
@@ -344,3 +345,75 @@ def test_transformers_bf16_deepseek_save_with_its_float32_router_loads_exactly(d
             logits = ours(ids).float()
         # both compute in bfloat16 (8 mantissa bits), the routers in float32
         torch.testing.assert_close(logits, expected, rtol=0, atol=0.05 * expected.abs().max().item())
+
+
+# ------------------------------------------------- one router and one dispatch for Mixtral and DeepSeek
+@pytest.mark.parametrize("normalize", [True, False])
+def test_route_topk_with_deepseeks_arguments_is_transformers_router(normalize):
+    # Chapter 10's router, given DeepSeek-V3's arguments, is DeepseekV3TopkRouter (the oracle):
+    # sigmoid scores, a bias that chooses, group-limited top-k, the routed scaling factor.
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+    for n_experts, n_group, topk_group, top_k, seed in [(16, 4, 2, 4, 0), (8, 4, 3, 2, 1), (12, 3, 1, 3, 2)]:
+        config = transformers.DeepseekV3Config(hidden_size=24, n_routed_experts=n_experts, n_group=n_group,
+                                               topk_group=topk_group, num_experts_per_tok=top_k,
+                                               norm_topk_prob=normalize, routed_scaling_factor=2.5)
+        router = DeepseekV3TopkRouter(config)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            router.weight.copy_(torch.randn(n_experts, 24, generator=g))
+            router.e_score_correction_bias.copy_(0.3 * torch.randn(n_experts, generator=g))
+        x = torch.randn(64, 24, generator=g)
+        with torch.no_grad():
+            logits, expected_w, expected_e = router(x)
+        weights, experts = route_topk(logits, top_k, normalize, "sigmoid", router.e_score_correction_bias,
+                                      n_group, topk_group, 2.5)
+        order, expected_order = experts.argsort(-1), expected_e.argsort(-1)
+        assert torch.equal(experts.gather(-1, order), expected_e.gather(-1, expected_order))
+        torch.testing.assert_close(weights.gather(-1, order), expected_w.gather(-1, expected_order))
+
+
+def test_deepseek_moe_is_chapter_10s_moe_with_its_dispatch():
+    # one dispatch: DeepSeekMoE inherits MoE.forward's (sort, bincount, index_add_) and has none of
+    # its own, so Chapter 10's capacity factor works for it too; the shared expert is added outside.
+    import inspect
+
+    import llama_course.deepseek_moe as deepseek_moe
+
+    assert "index_add_" not in inspect.getsource(deepseek_moe)
+    config = LlamaConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2, n_experts=8, n_experts_per_token=2,
+                         moe_d_ff=8, n_shared_experts=1, n_group=4, topk_group=2, moe_router="sigmoid",
+                         routed_scaling_factor=2.5, ffn="deepseek_moe")
+    torch.manual_seed(0)
+    moe = DeepSeekMoE(config)
+    assert isinstance(moe, MoE)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        y = moe(x)
+        weights, experts = route_topk(
+            moe.gate(x.reshape(10, 16)), 2, True, "sigmoid", moe.gate.e_score_correction_bias, 4, 2, 2.5)
+        expected = moe.shared_experts(x).reshape(10, 16)
+        for n in range(10):                                  # a token-by-token oracle
+            for w, e in zip(weights[n], experts[n]):
+                expected[n] += w * moe.experts[int(e)](x.reshape(10, 16)[n])
+    torch.testing.assert_close(y.reshape(10, 16), expected, atol=1e-6, rtol=1e-5)
+    assert torch.equal(moe.chosen, experts)
+    moe.capacity_factor = 0.5                                # capacity ceil(0.5 * 10 * 2 / 8) = 2
+    with torch.no_grad():
+        moe(x)
+    assert moe.dropped == sum(max(0, c - 2) for c in torch.bincount(experts.flatten(), minlength=8).tolist())
+
+
+def test_route_topk_names_its_bad_deepseek_arguments():
+    logits = torch.randn(3, 8)
+    with pytest.raises(ValueError, match="score"):
+        route_topk(logits, 2, score="relu")
+    with pytest.raises(ValueError, match="n_group"):
+        route_topk(logits, 2, n_group=3)                        # 8 experts do not split in 3
+    with pytest.raises(ValueError, match="topk_group"):
+        route_topk(logits, 2, n_group=4, topk_group=5)
+    with pytest.raises(ValueError, match="top_k"):
+        route_topk(logits, 5, n_group=4, topk_group=2)          # only 4 experts allowed
+    with pytest.raises(ValueError, match="bias"):
+        route_topk(logits, 2, bias=torch.zeros(7))
+    with pytest.raises(TypeError, match="bias"):
+        route_topk(logits, 2, bias=torch.zeros(8, dtype=torch.long))

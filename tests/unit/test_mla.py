@@ -115,3 +115,30 @@ def test_config_checks_mla_fields():
     with pytest.raises(ValueError, match="head_dim"):
         _config(head_dim=16)
     assert _config().head_dim == 8
+
+
+@pytest.mark.parametrize("form", ["naive", "absorbed"])
+def test_both_forms_attend_with_chapter_4s_function_and_mlas_scale(form, monkeypatch):
+    # MLA has no softmax of its own: both forms call attention.scaled_dot_product_attention with
+    # the scale 1 / sqrt(d_n + d_r), not the 1 / sqrt(width of q) the function would default to.
+    import llama_course.mla as mla_module
+    from llama_course import attention
+
+    calls = []
+
+    def spy(q, k, v, mask=None, backend="explicit", scale=None):
+        calls.append((q.shape[-1], v.shape[-1], scale))
+        return attention.scaled_dot_product_attention(q, k, v, mask, backend, scale=scale)
+
+    config = _config()
+    mla = _mla(config)
+    mla.form = form
+    x = torch.randn(2, 5, config.d_model, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = mla(x)
+        monkeypatch.setattr(mla_module, "scaled_dot_product_attention", spy)
+        torch.testing.assert_close(mla(x), expected, atol=0, rtol=0)
+    width = config.qk_nope_head_dim + config.qk_rope_head_dim
+    q_width = width if form == "naive" else config.kv_lora_rank + config.qk_rope_head_dim
+    v_width = config.v_head_dim if form == "naive" else config.kv_lora_rank
+    assert calls == [(q_width, v_width, pytest.approx(width ** -0.5))]
