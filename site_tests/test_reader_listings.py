@@ -38,7 +38,8 @@ _LISTINGS_JS = """
 () => [...document.querySelectorAll('main div.highlight pre')].map(pre => ({
   text: pre.textContent,
   over: pre.scrollWidth - pre.clientWidth,
-  client: pre.clientWidth,
+  client: pre.clientWidth - parseFloat(getComputedStyle(pre).paddingLeft)
+          - parseFloat(getComputedStyle(pre).paddingRight),
   charPx: (() => {   // the width of one character of the listing's font
     const probe = document.createElement('span');
     probe.textContent = 'x'.repeat(100);
