@@ -46,7 +46,13 @@ imports only from its own layer or those above it in this list):
     tools         grade/
 """
 
-from .attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention, softmax
+from .attention import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    softmax,
+)
 from .config import PRESETS, LlamaConfig, count_parameters, ffn_hidden_dim
 from .deepseek_moe import DeepSeekMoE
 from .device import available_devices, get_device, seed_everything, synchronize

@@ -195,7 +195,8 @@ _MIXTRAL_NAMES = [  # Mixtral's checkpoint names -> the course's MoE module
 
 
 def hf_to_course_name(name: str) -> str | None:
-    """transformers' parameter name -> the course's (None for buffers the course recomputes)."""
+    """transformers' parameter name -> the course's (None for buffers the
+    course recomputes)."""
     if name.endswith("rotary_emb.inv_freq"):
         return None
     name = name[len("model."):] if name.startswith("model.") else name
@@ -214,30 +215,40 @@ def _course_name(name: str, tensor: torch.Tensor, config: LlamaConfig) -> str | 
 
 
 def load_hf(path, dtype: torch.dtype | None = None, device=None) -> Llama:
-    """Llama from a transformers directory, tensors exactly as stored (cast to ``dtype`` if given)."""
+    """Llama from a transformers directory, tensors exactly as stored (cast
+    to ``dtype`` if given)."""
     from safetensors import safe_open
 
     path = Path(path)
-    config = _config_from_file(path / "config.json", config_from_hf, _read_json(path / "config.json", "Hugging Face"))
+    file = path / "config.json"
+    config = _config_from_file(file, config_from_hf,
+                               _read_json(file, "Hugging Face"))
     device = torch.device(device or "cpu")
     with torch.device("meta"):
         model = Llama(config)
 
     def tensors():
-        found_in = {}                                          # tensor name -> the shard that held it
+        found_in = {}               # tensor name -> the shard that held it
         for shard in _hf_shards(path):
             try:
-                with safe_open(str(shard), framework="pt", device=str(device)) as f:
+                with safe_open(str(shard), framework="pt",
+                               device=str(device)) as f:
                     for key in f.keys():
                         if key in found_in:
-                            raise CheckpointError(f"{key} is in two shards: {found_in[key]} and {shard}")
+                            raise CheckpointError(
+                                f"{key} is in two shards: "
+                                f"{found_in[key]} and {shard}")
                         found_in[key] = shard
-                        for name, tensor in split_fused_experts(key, f.get_tensor(key)):  # Ch. 12: 3-D experts
-                            yield name, _course_name(name, tensor, config), tensor
+                        # Ch. 12: 3-D experts split into one per expert
+                        tensor = f.get_tensor(key)
+                        for name, t in split_fused_experts(key, tensor):
+                            yield name, _course_name(name, t, config), t
             except CheckpointError:
                 raise
-            except Exception as err:                           # safetensors' own errors and OS errors alike
-                raise ValueError(f"{shard}: not a readable safetensors file ({type(err).__name__}: {err})") from None
+            except Exception as err:  # safetensors' errors and OS errors
+                raise ValueError(
+                    f"{shard}: not a readable safetensors file "
+                    f"({type(err).__name__}: {err})") from None
         _check_weight_map(path, found_in)
 
     return _assign(model, tensors(), dtype, device, str(path))

@@ -9,7 +9,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .checks import check_bool, check_int, check_one_of, check_positive_int, check_positive_number, check_type
+from .checks import (
+    check_bool,
+    check_int,
+    check_one_of,
+    check_positive_int,
+    check_positive_number,
+    check_type,
+)
 
 _check_int = check_positive_int  # the old name, still imported by train.py
 
@@ -21,15 +28,16 @@ def _check_ffn(d_model, multiple_of, ffn_dim_multiplier) -> None:
         check_positive_number("ffn_dim_multiplier", ffn_dim_multiplier)
 
 
-def ffn_hidden_dim(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+def ffn_hidden_dim(d_model: int, multiple_of: int = 256,
+                   ffn_dim_multiplier: float | None = None) -> int:
     """Width of the SwiGLU feed-forward layer by Meta's rule.
 
-        h = int(2 * 4 * d_model / 3)              # SwiGLU has 3 matrices, not 2: keep params ~ 8 d^2
-        h = int(ffn_dim_multiplier * h)           # optional (Llama-2 70B, Llama 3: 1.3)
-        h = multiple_of * ceil(h / multiple_of)   # round *up* for hardware-friendly shapes
+        h = int(2 * 4 * d_model / 3)      # 3 matrices, not 2: params ~ 8 d^2
+        h = int(ffn_dim_multiplier * h)   # optional (Llama-2 70B, Llama 3)
+        h = multiple_of * ceil(h / multiple_of)   # round *up*: friendly shapes
 
-    ``ffn_hidden_dim(4096) == 11008`` (LLaMA 7B), ``ffn_hidden_dim(8192, 4096, 1.3) == 28672``
-    (Llama-2 70B).
+    ``ffn_hidden_dim(4096) == 11008`` (LLaMA 7B),
+    ``ffn_hidden_dim(8192, 4096, 1.3) == 28672`` (Llama-2 70B).
     """
     _check_ffn(d_model, multiple_of, ffn_dim_multiplier)
     hidden = int(2 * (4 * d_model) / 3)
@@ -294,39 +302,45 @@ PRESETS: dict[str, LlamaConfig] = {
 def count_parameters(config: LlamaConfig) -> dict[str, int]:
     """Parameters of a LLaMA model, part by part (no biases anywhere).
 
-        embedding   = V * d                                   token embedding E
-        attention   = d * (H * hd) + 2 * d * (H_kv * hd) + (H * hd) * d     W_Q, W_K, W_V, W_O
-        ffn         = n_experts * 3 * d * d_ff                W_gate, W_up, W_down per expert
-        router      = d * n_experts   (0 for a dense model)   MoE gate
-        norms       = 2 * d (+ 2 * head_dim with qk_norm)     RMSNorm weights per block
+        embedding   = V * d                         token embedding E
+        attention   = d * (H * hd) + 2 * d * (H_kv * hd) + (H * hd) * d
+                                                    W_Q, W_K, W_V, W_O
+        ffn         = n_experts * 3 * d * d_ff      W_gate, W_up, W_down
+        router      = d * n_experts  (0 if dense)   MoE gate
+        norms       = 2 * d (+ 2 * hd, qk_norm)     RMSNorm weights
         per_block   = attention + ffn + router + norms
         blocks      = L * per_block
         final_norm  = d
         lm_head     = V * d   (0 when tied to the embedding)
         total       = embedding + blocks + final_norm + lm_head
-        active      = total - L * (n_experts - k) * 3 * d * d_ff   (used per token)
+        active      = total - L * (n_experts - k) * 3 * d * d_ff
+                                                    (used per token)
 
     ``attention``, ``ffn``, ``router`` and ``norms`` are per block.
     """
     check_type("config", config, LlamaConfig)
-    if config.kv_lora_rank is not None or config.moe_d_ff is not None or config.n_shared_experts:
-        return count_parameters_deepseek(config)        # Chapter 12: blocks differ (below)
+    if (config.kv_lora_rank is not None or config.moe_d_ff is not None
+            or config.n_shared_experts):
+        return count_parameters_deepseek(config)  # Chapter 12: blocks differ
     d, hd = config.d_model, config.head_dim
+    H, H_kv = config.n_heads, config.n_kv_heads
     expert = 3 * d * config.d_ff
     counts = {
         "embedding": config.vocab_size * d,
-        "attention": d * config.n_heads * hd + 2 * d * config.n_kv_heads * hd + config.n_heads * hd * d,
+        "attention": d * H * hd + 2 * d * H_kv * hd + H * hd * d,
         "ffn": config.n_experts * expert,
         "router": d * config.n_experts if config.is_moe else 0,
         "norms": 2 * d + (2 * hd if config.qk_norm else 0),
     }
-    counts["per_block"] = counts["attention"] + counts["ffn"] + counts["router"] + counts["norms"]
+    counts["per_block"] = (counts["attention"] + counts["ffn"]
+                           + counts["router"] + counts["norms"])
     counts["blocks"] = config.n_layers * counts["per_block"]
     counts["final_norm"] = d
     counts["lm_head"] = 0 if config.tie_embeddings else config.vocab_size * d
-    counts["total"] = counts["embedding"] + counts["blocks"] + counts["final_norm"] + counts["lm_head"]
-    inactive = config.n_layers * (config.n_experts - config.n_experts_per_token) * expert
-    counts["active"] = counts["total"] - inactive
+    counts["total"] = (counts["embedding"] + counts["blocks"]
+                       + counts["final_norm"] + counts["lm_head"])
+    idle = config.n_experts - config.n_experts_per_token
+    counts["active"] = counts["total"] - config.n_layers * idle * expert
     return counts
 
 

@@ -31,23 +31,28 @@ def _check_config(config: LlamaConfig, **counts) -> None:
         check_positive_int(name, value)
 
 
-def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1, batch_size: int = 1, bytes_per_value: float = 2) -> int:
-    """Bytes of the KV cache after ``seq_len`` tokens of ``batch_size`` sequences.
+def kv_cache_bytes(config: LlamaConfig, seq_len: int = 1,
+                   batch_size: int = 1, bytes_per_value: float = 2) -> int:
+    """Bytes of the KV cache after ``seq_len`` tokens of ``batch_size``
+    sequences.
 
-    Each position leaves a key and a value per KV head in every layer: 2 * H_kv * d_head numbers.
-    Llama-2 7B in fp16: 2 * 32 * 32 * 128 * 2 = 524,288 bytes (512 KiB) per token; 2 GiB at 4096.
-    Two Chapter 12 caches store less, chosen by one visible ``if`` each: MLA keeps one latent and
-    one shared RoPE key per position (DeepSeek-V3: (512 + 64) * 61 * 2 = 70,272 bytes per token),
-    and a sliding-window layer keeps at most its window (Mistral 7B v0.1 stops growing at 4096).
+    Each position leaves a key and a value per KV head in every layer:
+    2 * H_kv * d_head numbers. Llama-2 7B in fp16: 2 * 32 * 32 * 128 * 2 =
+    524,288 bytes (512 KiB) per token; 2 GiB at 4096. Two Chapter 12 caches
+    store less, chosen by one visible ``if`` each: MLA keeps one latent and
+    one shared RoPE key per position (DeepSeek-V3: (512 + 64) * 61 * 2 =
+    70,272 bytes per token), and a sliding-window layer keeps at most its
+    window (Mistral 7B v0.1 stops growing at 4096).
     """
     _check_config(config, seq_len=seq_len, batch_size=batch_size)
     check_positive_number("bytes_per_value", bytes_per_value)
-    per_position = 2 * config.n_kv_heads * config.head_dim              # a key and a value per KV head
-    if config.kv_lora_rank is not None:                                 # MLA (Chapter 12): latent + RoPE key
+    # a key and a value per KV head
+    per_position = 2 * config.n_kv_heads * config.head_dim
+    if config.kv_lora_rank is not None:  # MLA (Chapter 12): latent + RoPE key
         per_position = config.kv_lora_rank + config.qk_rope_head_dim
     positions = 0
     for layer in range(config.n_layers):
-        if is_sliding_layer(config, layer):                             # sliding window (Chapter 12)
+        if is_sliding_layer(config, layer):  # sliding window (Chapter 12)
             positions += min(seq_len, config.sliding_window)
         else:
             positions += seq_len
@@ -79,15 +84,20 @@ def prefill_flops(config: LlamaConfig, prompt_len: int, batch_size: int = 1) -> 
     return batch_size * (weights + attention)
 
 
-def decode_bytes(config: LlamaConfig, context: int, batch_size: int = 1, bytes_per_value: float = 2) -> int:
-    """Bytes read by one decode step: every weight the step uses, once (shared by the batch), one
-    embedding row per sequence, and each row's KV cache of ``context`` positions.
+def decode_bytes(config: LlamaConfig, context: int, batch_size: int = 1,
+                 bytes_per_value: float = 2) -> int:
+    """Bytes read by one decode step: every weight the step uses, once
+    (shared by the batch), one embedding row per sequence, and each row's
+    KV cache of ``context`` positions.
 
-    Llama-2 7B in fp16 at short context: about 13.2 GB (the 13.5 GB of all 6.74B parameters,
-    less the embedding table, of which a step reads one row)."""
+    Llama-2 7B in fp16 at short context: about 13.2 GB (the 13.5 GB of all
+    6.74B parameters, less the embedding table, of which a step reads one
+    row)."""
     c = count_parameters(config)
-    weights = matmul_params(config) + config.n_layers * c["norms"] + c["final_norm"] + batch_size * config.d_model
-    return int(weights * bytes_per_value) + kv_cache_bytes(config, context, batch_size, bytes_per_value)
+    weights = (matmul_params(config) + config.n_layers * c["norms"]
+               + c["final_norm"] + batch_size * config.d_model)
+    cache = kv_cache_bytes(config, context, batch_size, bytes_per_value)
+    return int(weights * bytes_per_value) + cache
 
 
 def arithmetic_intensity(config: LlamaConfig, context: int, batch_size: int = 1, bytes_per_value: float = 2) -> float:

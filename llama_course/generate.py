@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from .attention import check_attention_mask, check_attention_mask_values
-from .checks import check_int, check_number, check_positive_int, check_token_ids
+from .checks import (
+    check_int,
+    check_number,
+    check_positive_int,
+    check_token_ids,
+)
 from .kv_cache import KVCache, cache_config
 
 if TYPE_CHECKING:  # model.py does not import this module; the hint alone needs the class
@@ -44,14 +49,16 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose probabilities sum to >= top_p (the nucleus);
-    set the other logits to -inf. The most likely token is always kept. logits (..., V)."""
+    """Keep the smallest set of most likely tokens whose probabilities sum
+    to >= top_p (the nucleus); set the other logits to -inf. The most likely
+    token is always kept. logits (..., V)."""
     check_number("top_p", top_p, 0, 1, low_open=True)
-    sorted_logits, order = logits.sort(dim=-1, descending=True)         # (..., V)
-    probs = sorted_logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs                          # probability of the better tokens
-    drop_sorted = mass_before >= top_p                                  # already enough mass before it
-    drop = drop_sorted.scatter(-1, order, drop_sorted)                  # back to vocabulary order
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
+    wide = torch.promote_types(logits.dtype, torch.float32)
+    probs = sorted_logits.to(wide).softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # mass of the better tokens
+    drop_sorted = mass_before >= top_p          # enough mass before it
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # vocabulary order
     return logits.masked_fill(drop, float("-inf"))
 
 
@@ -117,53 +124,73 @@ def check_no_nan(seen: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def stream_generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
-                    top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
+def stream_generate(model: Llama, input_ids: torch.Tensor,
+                    max_new_tokens: int, temperature: float = 0.0,
+                    top_k: int | None = None, top_p: float | None = None,
+                    eos_token_id: int | None = None,
                     attention_mask: torch.Tensor | None = None,
-                    generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+                    generator: torch.Generator | None = None,
+                    ) -> Iterator[torch.Tensor]:
     """Yield the next token of every row, (B,), as soon as it is chosen.
 
-    A row that has produced ``eos_token_id`` keeps yielding it; the stream ends after
-    ``max_new_tokens`` steps or when every row has finished. NaN logits raise FloatingPointError
-    when the stream ends (sampling raises at once): whether any step saw one is gathered on the
-    device and read once, not every step, so the tokens before the error were already yielded.
+    A row that has produced ``eos_token_id`` keeps yielding it; the stream
+    ends after ``max_new_tokens`` steps or when every row has finished. NaN
+    logits raise FloatingPointError when the stream ends (sampling raises at
+    once): whether any step saw one is gathered on the device and read once,
+    not every step, so the tokens before the error were already yielded.
     """
-    _check_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id, attention_mask)
+    _check_generate(model, input_ids, max_new_tokens, temperature, top_k,
+                    top_p, eos_token_id, attention_mask)
     if max_new_tokens == 0:
         return
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     dtype = next(model.parameters()).dtype
-    cache = KVCache(cache_config(model), batch, prompt_len + max_new_tokens - 1, device=device, dtype=dtype)
-    logits = model(input_ids, cache=cache, attention_mask=attention_mask)[:, -1]  # prefill: (B, V)
-    nan_seen = logits.isnan().any()                  # on the device: read once, when the stream ends
+    cache = KVCache(cache_config(model), batch,
+                    prompt_len + max_new_tokens - 1, device=device,
+                    dtype=dtype)
+    logits = model(input_ids, cache=cache,
+                   attention_mask=attention_mask)[:, -1]   # prefill: (B, V)
+    nan_seen = logits.isnan().any()   # on the device: read once, at the end
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
-        token = sample_next(logits, temperature, top_k, top_p, generator)        # (B,)
+        token = sample_next(logits, temperature, top_k, top_p,
+                            generator)                         # (B,)
         if eos_token_id is not None:
-            token = torch.where(finished, torch.full_like(token, eos_token_id), token)
+            eos = torch.full_like(token, eos_token_id)
+            token = torch.where(finished, eos, token)
             finished |= token == eos_token_id
         yield token
-        if step == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
-            check_no_nan(nan_seen)                   # argmax would have picked a NaN's index silently
+        if step == max_new_tokens - 1 or (eos_token_id is not None
+                                          and bool(finished.all())):
+            check_no_nan(nan_seen)  # argmax would pick a NaN's index
             return
-        if attention_mask is not None:   # padded rows: the new token is real, extend the mask
-            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        # decode: the model's own token, in the vocabulary by construction: no value check (a GPU wait)
-        logits = model(token[:, None], cache=cache, attention_mask=attention_mask, check_values=False)[:, -1]
+        if attention_mask is not None:   # padded rows: the new token is real
+            one = torch.ones_like(attention_mask[:, :1])
+            attention_mask = torch.cat([attention_mask, one], dim=1)
+        # decode: the model's own token, in the vocabulary by construction:
+        # no value check (a GPU wait)
+        logits = model(token[:, None], cache=cache,
+                       attention_mask=attention_mask,
+                       check_values=False)[:, -1]
         nan_seen |= logits.isnan().any()
 
 
-def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None, eos_token_id: int | None = None,
-             attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The prompt followed by up to ``max_new_tokens`` new tokens per row, (B, T + n).
+def generate(model: Llama, input_ids: torch.Tensor, max_new_tokens: int,
+             temperature: float = 0.0, top_k: int | None = None,
+             top_p: float | None = None, eos_token_id: int | None = None,
+             attention_mask: torch.Tensor | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """The prompt followed by up to ``max_new_tokens`` new tokens per row,
+    (B, T + n).
 
-    Greedy at temperature 0. Rows that finished early are filled with ``eos_token_id``. NaN logits
-    at any step raise FloatingPointError (checked once, at the end).
-    ``generator`` makes sampling reproducible (it must live on the model's device).
+    Greedy at temperature 0. Rows that finished early are filled with
+    ``eos_token_id``. NaN logits at any step raise FloatingPointError
+    (checked once, at the end). ``generator`` makes sampling reproducible
+    (it must live on the model's device).
     """
-    new = list(stream_generate(model, input_ids, max_new_tokens, temperature, top_k, top_p, eos_token_id,
+    new = list(stream_generate(model, input_ids, max_new_tokens,
+                               temperature, top_k, top_p, eos_token_id,
                                attention_mask, generator))
     if not new:
         return input_ids.clone()

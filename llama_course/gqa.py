@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from .attention import check_attention_inputs, fused_attention, scaled_dot_product_attention
+from .attention import (
+    check_attention_inputs,
+    fused_attention,
+    scaled_dot_product_attention,
+)
 from .checks import check_positive_int, check_tensor
 
 
@@ -23,13 +27,15 @@ def _check_repeat(x, n_rep) -> None:
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(B, H_kv, T, d) -> (B, H_kv * n_rep, T, d): KV head j serves query heads j*n_rep .. (j+1)*n_rep - 1."""
+    """(B, H_kv, T, d) -> (B, H_kv * n_rep, T, d): KV head j serves query
+    heads j*n_rep .. (j+1)*n_rep - 1."""
     _check_repeat(x, n_rep)
     if n_rep == 1:
         return x
     batch, kv_heads, seq, head_dim = x.shape
-    x = x[:, :, None].expand(batch, kv_heads, n_rep, seq, head_dim)  # (B, H_kv, n_rep, T, d) no copy yet
-    return x.reshape(batch, kv_heads * n_rep, seq, head_dim)          # (B, H, T, d)
+    x = x[:, :, None].expand(batch, kv_heads, n_rep, seq, head_dim)
+    #                                    (B, H_kv, n_rep, T, d) no copy yet
+    return x.reshape(batch, kv_heads * n_rep, seq, head_dim)  # (B, H, T, d)
 
 
 def _check_gqa(q, k, v, mask, backend) -> None:
@@ -40,35 +46,40 @@ def _check_gqa(q, k, v, mask, backend) -> None:
     check_attention_inputs(q, k, v, mask, backend, kv_groups=q.shape[1] // k.shape[1])
 
 
-def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+def gqa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor | None = None,
                   backend: str = "explicit") -> torch.Tensor:
-    """Grouped-query attention without materialising repeated keys and values.
+    """Grouped-query attention without materialising repeated keys and
+    values.
 
-    q (B, H, T, d); k, v (B, H_kv, S, d) with H = H_kv * n_rep. Query head h reads KV head
-    h // n_rep (repeat_kv's convention). The n_rep query heads of a group are stacked as extra
-    query rows, (B, H_kv, n_rep * T, d), so one plain (B, H_kv) batch of products against the
-    group's K and V does the work: no (B, H, S, d) tensor is ever made (a broadcast matmul would
-    quietly make one). ``mask`` broadcasts to (B, H, T, S) as for scaled_dot_product_attention.
-    Returns (B, H, T, d_v).
+    q (B, H, T, d); k, v (B, H_kv, S, d) with H = H_kv * n_rep. Query head
+    h reads KV head h // n_rep (repeat_kv's convention). The n_rep query
+    heads of a group are stacked as extra query rows, (B, H_kv, n_rep * T,
+    d), so one plain (B, H_kv) batch of products against the group's K and
+    V does the work: no (B, H, S, d) tensor is ever made (a broadcast
+    matmul would quietly make one). ``mask`` broadcasts to (B, H, T, S) as
+    for scaled_dot_product_attention. Returns (B, H, T, d_v).
     """
     _check_gqa(q, k, v, mask, backend)
     batch, n_heads, seq, head_dim = q.shape
     kv_heads = k.shape[1]
     n_rep = n_heads // kv_heads
-    if backend == "sdpa":                                        # torch's kernels share KV heads themselves
+    if backend == "sdpa":        # torch's kernels share KV heads themselves
         return fused_attention(q, k, v, mask, enable_gqa=True)
-    rows = q.reshape(batch, kv_heads, n_rep * seq, head_dim)     # (B, H_kv, n_rep*T, d) a group's queries
+    rows = q.reshape(batch, kv_heads, n_rep * seq, head_dim)
+    #                            (B, H_kv, n_rep*T, d) a group's queries
     if mask is not None:
         while mask.dim() < 4:
-            mask = mask.unsqueeze(0)                             # (b, h, T, S) with h in {1, H}
-        b, h = mask.shape[:2]
-        if h == 1:                                               # the same rows for every head
-            mask = mask.unsqueeze(2).expand(b, 1, n_rep, seq, mask.shape[-1])
-            mask = mask.reshape(b, 1, n_rep * seq, mask.shape[-1])
-        else:                                                    # per-head masks, grouped like q
-            mask = mask.reshape(b, kv_heads, n_rep * seq, mask.shape[-1])
-    out = scaled_dot_product_attention(rows, k, v, mask)         # (B, H_kv, n_rep*T, d)
-    return out.reshape(batch, n_heads, seq, v.shape[-1])         # (B, H, T, d)
+            mask = mask.unsqueeze(0)      # (b, h, T, S) with h in {1, H}
+        b, h, S = *mask.shape[:2], mask.shape[-1]
+        if h == 1:                        # the same rows for every head
+            mask = mask.unsqueeze(2).expand(b, 1, n_rep, seq, S)
+            mask = mask.reshape(b, 1, n_rep * seq, S)
+        else:                             # per-head masks, grouped like q
+            mask = mask.reshape(b, kv_heads, n_rep * seq, S)
+    out = scaled_dot_product_attention(rows, k, v, mask)
+    #                                     (B, H_kv, n_rep*T, d)
+    return out.reshape(batch, n_heads, seq, v.shape[-1])     # (B, H, T, d)
 
 
 def _check_pooling(weights, n_heads, n_kv_heads) -> None:
@@ -82,19 +93,26 @@ def _check_pooling(weights, n_heads, n_kv_heads) -> None:
             raise ValueError(f"{name} has {weights[name].shape[0]} rows, not a multiple of n_heads ({n_heads})")
 
 
-def mha_to_gqa(weights: dict[str, torch.Tensor], n_heads: int, n_kv_heads: int) -> dict[str, torch.Tensor]:
-    """Convert multi-head attention weights to grouped-query attention by mean-pooling the key and
-    value heads of each group (Ainslie et al. 2023): KV head j becomes the mean of heads
-    j*n_rep .. (j+1)*n_rep - 1, the query heads that will share it.
+def mha_to_gqa(weights: dict[str, torch.Tensor], n_heads: int,
+               n_kv_heads: int) -> dict[str, torch.Tensor]:
+    """Convert multi-head attention weights to grouped-query attention by
+    mean-pooling the key and value heads of each group (Ainslie et al.
+    2023): KV head j becomes the mean of heads j*n_rep .. (j+1)*n_rep - 1,
+    the query heads that will share it.
 
-    ``weights`` holds "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" (other
-    keys are copied); k/v go from (n_heads * hd, d) to (n_kv_heads * hd, d).
+    ``weights`` holds "q_proj.weight", "k_proj.weight", "v_proj.weight",
+    "o_proj.weight" (other keys are copied); k/v go from
+    (n_heads * hd, d) to (n_kv_heads * hd, d).
     """
     _check_pooling(weights, n_heads, n_kv_heads)
     out = dict(weights)
+    n_rep = n_heads // n_kv_heads
     for name in ("k_proj.weight", "v_proj.weight"):
         rows, d_in = weights[name].shape
         head_dim = rows // n_heads
-        grouped = weights[name].view(n_kv_heads, n_heads // n_kv_heads, head_dim, d_in)  # (H_kv, n_rep, hd, d)
-        out[name] = grouped.mean(dim=1).reshape(n_kv_heads * head_dim, d_in)            # (H_kv * hd, d)
+        grouped = weights[name].view(n_kv_heads, n_rep, head_dim, d_in)
+        #                                             (H_kv, n_rep, hd, d)
+        pooled = grouped.mean(dim=1)                  # (H_kv, hd, d)
+        out[name] = pooled.reshape(n_kv_heads * head_dim, d_in)
+        #                                             (H_kv * hd, d)
     return out

@@ -54,31 +54,38 @@ class KVCache:
         self.length = 0          # positions filled in every layer
         self._pending = 0        # positions being written by the current forward pass
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (batch, n_kv_heads, new, head_dim) after the cached positions of ``layer``;
-        return all keys and values so far, (batch, n_kv_heads, length + new, head_dim) (a sliding
-        layer: only the last ones its queries may see)."""
+    def update(self, layer: int, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (batch, n_kv_heads, new, head_dim) after the cached
+        positions of ``layer``; return all keys and values so far,
+        (batch, n_kv_heads, length + new, head_dim) (a sliding layer: only
+        the last ones its queries may see)."""
         self._check_update(layer, k, v)
-        if self.rolling[layer]:
-            return self.update_window(layer, k, v)         # Chapter 12: a sliding layer's rolling buffer
+        if self.rolling[layer]:   # Chapter 12: a sliding layer's ring buffer
+            return self.update_window(layer, k, v)
         end = self.length + k.shape[-2]
-        self.keys[layer][:, :, self.length:end] = k       # in place: no copy of the past
+        self.keys[layer][:, :, self.length:end] = k   # in place: no copy
         self.values[layer][:, :, self.length:end] = v
         self._pending = k.shape[-2]
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
-    def update_window(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sliding layer: return the keys and values a query of this step may need -- the last
-        W - 1 cached positions and the new ones, in order, (B, H_kv, S, hd) with S <= W - 1 + new --
-        then keep the newest W, position p in slot p mod W."""
+    def update_window(self, layer: int, k: torch.Tensor,
+                      v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sliding layer: return the keys and values a query of this step
+        may need -- the last W - 1 cached positions and the new ones, in
+        order, (B, H_kv, S, hd) with S <= W - 1 + new -- then keep the
+        newest W, position p in slot p mod W."""
         past, new = self.length, k.shape[-2]
         buf_k, buf_v = self.keys[layer], self.values[layer]
-        slots = buf_k.shape[-2]                                                      # W
-        held = torch.arange(max(0, past - slots + 1), past, device=k.device)        # (h,) indices still visible
-        keys = torch.cat([buf_k[:, :, held % slots], k], dim=2)                      # (B, H_kv, h + new, hd)
+        slots = buf_k.shape[-2]                               # W
+        held = torch.arange(max(0, past - slots + 1), past,
+                            device=k.device)   # (h,) indices still visible
+        keys = torch.cat([buf_k[:, :, held % slots], k], dim=2)
+        #                                       (B, H_kv, h + new, hd)
         values = torch.cat([buf_v[:, :, held % slots], v], dim=2)
-        kept = torch.arange(past + max(0, new - slots), past + new, device=k.device)  # the newest <= W
-        buf_k[:, :, kept % slots] = k[:, :, kept - past]                             # in place, slot p mod W
+        kept = torch.arange(past + max(0, new - slots), past + new,
+                            device=k.device)   # the newest <= W
+        buf_k[:, :, kept % slots] = k[:, :, kept - past]  # slot p mod W
         buf_v[:, :, kept % slots] = v[:, :, kept - past]
         self._pending = new
         return keys, values

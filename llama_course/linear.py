@@ -25,21 +25,27 @@ MAX_ROWS = 16          # up to here the split measured faster (1.2-1.9x); beyond
 MIN_WEIGHTS = 2 ** 18  # smaller matrices (e.g. 256 x 256) are faster unsplit: starting threads costs more
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias); a few rows on a multi-core CPU are split by output rows across
-    the threads. x (..., d_in), weight (d_out, d_in), bias (d_out,) -> (..., d_out)."""
+def linear(x: torch.Tensor, weight: torch.Tensor,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias); a few rows on a multi-core CPU are split
+    by output rows across the threads. x (..., d_in), weight (d_out, d_in),
+    bias (d_out,) -> (..., d_out)."""
     threads = torch.get_num_threads()
     d_out, d_in = weight.shape
     rows = x.numel() // d_in if x.dim() and x.shape[-1] == d_in else 0
-    if (x.device.type != "cpu" or threads == 1 or not 0 < rows <= MAX_ROWS or weight.numel() < MIN_WEIGHTS
-            or d_out % threads or not weight.is_contiguous() or x.dtype != weight.dtype):
+    if (x.device.type != "cpu" or threads == 1
+            or not 0 < rows <= MAX_ROWS or weight.numel() < MIN_WEIGHTS
+            or d_out % threads or not weight.is_contiguous()
+            or x.dtype != weight.dtype):
         return F.linear(x, weight, bias)
-    slabs = weight.view(threads, d_out // threads, d_in).transpose(1, 2)   # (P, d_in, d_out/P), a view
-    xs = x.reshape(1, rows, d_in).expand(threads, rows, d_in)             # (P, rows, d_in), no copy
-    y = torch.bmm(xs, slabs)                                              # (P, rows, d_out/P)
+    slabs = weight.view(threads, d_out // threads, d_in).transpose(1, 2)
+    #                                     (P, d_in, d_out/P), a view
+    xs = x.reshape(1, rows, d_in).expand(threads, rows, d_in)
+    #                                     (P, rows, d_in), no copy
+    y = torch.bmm(xs, slabs)              # (P, rows, d_out/P)
     if rows > 1:
-        y = y.transpose(0, 1)                                             # (rows, P, d_out/P)
-    y = y.reshape(*x.shape[:-1], d_out)                                   # (..., d_out), slab p = columns p
+        y = y.transpose(0, 1)             # (rows, P, d_out/P)
+    y = y.reshape(*x.shape[:-1], d_out)   # (..., d_out), slab p = columns p
     return y if bias is None else y + bias
 
 

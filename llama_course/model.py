@@ -35,7 +35,14 @@ from .attention import (
     padding_mask,
     split_heads,
 )
-from .checks import check_bool, check_one_of, check_positive_int, check_tensor, check_token_ids, check_type
+from .checks import (
+    check_bool,
+    check_one_of,
+    check_positive_int,
+    check_tensor,
+    check_token_ids,
+    check_type,
+)
 from .config import LlamaConfig
 from .deepseek_moe import DeepSeekMoE
 from .ffn import SwiGLU
@@ -92,38 +99,49 @@ class Attention(MultiHeadAttention):
     """
 
     def __init__(self, config: LlamaConfig, backend: str = "explicit",
-                 position_hook: PositionHook | None = None, device=None, dtype=None, window: int | None = None):
+                 position_hook: PositionHook | None = None, device=None,
+                 dtype=None, window: int | None = None):
         super().__init__(config, backend, device=device, dtype=dtype)
         self.position_hook = position_hook
-        self.window = None if window is None else check_positive_int("window", window)  # Ch. 12: W, or None
-        if config.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
-            self.q_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
-            self.k_norm = RMSNorm(config.head_dim, config.norm_eps, device=device, dtype=dtype)
+        # Ch. 12: the window W, or None
+        self.window = (None if window is None
+                       else check_positive_int("window", window))
+        if config.qk_norm:  # Qwen3: RMSNorm over each head's q and k, before RoPE
+            hd, eps = config.head_dim, config.norm_eps
+            self.q_norm = RMSNorm(hd, eps, device=device, dtype=dtype)
+            self.k_norm = RMSNorm(hd, eps, device=device, dtype=dtype)
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
-                cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: Positions | None = None,
+                cache: KVCache | None = None,
+                layer_idx: int = 0) -> torch.Tensor:
         """x (B, T, d) -> (B, T, d).
 
-        ``mask``: boolean, broadcastable to (B, H, T, T_kv); None means causal. ``positions`` (T,)
-        or (B, T) for the position hook; None means cache.length .. cache.length + T - 1.
-        ``cache``: a KVCache; this call's keys and values are appended to its layer ``layer_idx``
-        and the queries attend to everything cached. With a ``window``, ``mask`` (if given) covers
-        sequence indices 0 .. past + T - 1.
+        ``mask``: boolean, broadcastable to (B, H, T, T_kv); None means
+        causal. ``positions`` (T,) or (B, T) for the position hook; None
+        means cache.length .. cache.length + T - 1. ``cache``: a KVCache;
+        this call's keys and values are appended to its layer
+        ``layer_idx`` and the queries attend to everything cached. With a
+        ``window``, ``mask`` (if given) covers sequence indices
+        0 .. past + T - 1.
         """
         seq, past = x.shape[1], cache.length if cache is not None else 0
-        mask, positions = causal_inputs(seq, past, device=x.device, mask=mask, positions=positions)
-        q, k, v = self.project(x)                          # (B, H, T, hd), (B, H_kv, T, hd) twice
+        mask, positions = causal_inputs(seq, past, device=x.device,
+                                        mask=mask, positions=positions)
+        q, k, v = self.project(x)  # (B, H, T, hd), (B, H_kv, T, hd) twice
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)          # Chapter 9: per head, over hd
+            q, k = self.q_norm(q), self.k_norm(k)  # Ch. 9: per head, over hd
         if self.position_hook is not None:
-            q, k = self.position_hook(q, k, positions)     # Chapter 5: rotate q and k, never v
+            q, k = self.position_hook(q, k, positions)  # Ch. 5: q, k, not v
         if cache is not None:
-            k, v = cache.update(layer_idx, k, v)           # Chapter 8: (B, H_kv, T_kv, hd) past + new
-        if self.window is not None:                        # Chapter 12: only the last W keys, (..., T, T_kv)
-            mask = window_mask(mask, self.window, seq, k.shape[-2], past + seq, device=x.device)
-        out = gqa_attention(q, k, v, mask, self.backend)   # Chapter 9: (B, H, T, hd), KV heads shared
+            k, v = cache.update(layer_idx, k, v)  # Ch. 8: (B, H_kv, T_kv, hd)
+        if self.window is not None:    # Ch. 12: the last W keys, (.., T, T_kv)
+            end, kv_len = past + seq, k.shape[-2]
+            mask = window_mask(mask, self.window, seq, kv_len, end, x.device)
+        out = gqa_attention(q, k, v, mask, self.backend)
+        #                              Ch. 9: (B, H, T, hd), KV heads shared
         return self.o_proj(merge_heads(out))               # (B, T, d)
 
     def project(self, x: torch.Tensor
@@ -142,34 +160,42 @@ class Attention(MultiHeadAttention):
 
 
 class LlamaBlock(nn.Module):
-    """One Transformer block: two Pre-Norm residual steps. The config says which attention and
-    which FFN block ``layer_idx`` holds; each choice is one ``if`` here."""
+    """One Transformer block: two Pre-Norm residual steps. The config says
+    which attention and which FFN block ``layer_idx`` holds; each choice is
+    one ``if`` here."""
 
-    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None, device=None, dtype=None,
-                 layer_idx: int = 0):
+    def __init__(self, config: LlamaConfig, rotary: RotaryEmbedding | None,
+                 device=None, dtype=None, layer_idx: int = 0):
         super().__init__()
         c, kw = config, dict(device=device, dtype=dtype)
         self.input_layernorm = RMSNorm(c.d_model, c.norm_eps, **kw)
-        attention = c.attention_kind(layer_idx)                 # "full", "sliding" or "latent"
-        if attention == "latent":                               # MLA (Chapter 12, DeepSeek)
-            self.self_attn = MultiHeadLatentAttention(c, position_hook=rotary, **kw)
-        else:                                                   # LLaMA's, GQA (Ch. 9), a window (Ch. 12)
+        attention = c.attention_kind(layer_idx)  # full, sliding or latent
+        if attention == "latent":                # MLA (Chapter 12, DeepSeek)
+            self.self_attn = MultiHeadLatentAttention(
+                c, position_hook=rotary, **kw)
+        else:                   # LLaMA's, GQA (Ch. 9), a window (Ch. 12)
             window = c.sliding_window if attention == "sliding" else None
-            self.self_attn = Attention(c, position_hook=rotary, window=window, **kw)
+            self.self_attn = Attention(c, position_hook=rotary,
+                                       window=window, **kw)
         self.post_attention_layernorm = RMSNorm(c.d_model, c.norm_eps, **kw)
-        ffn = c.ffn_kind(layer_idx)                             # "dense", "moe" or "deepseek_moe"
-        if ffn == "dense":                                      # SwiGLU (Chapter 6)
+        ffn = c.ffn_kind(layer_idx)    # "dense", "moe" or "deepseek_moe"
+        if ffn == "dense":             # SwiGLU (Chapter 6)
             self.mlp = SwiGLU(c.d_model, c.d_ff, **kw)
-        elif ffn == "moe":                                      # Mixtral, Qwen3-MoE (Chapter 10)
-            self.mlp = MoE(c.d_model, c.moe_d_ff or c.d_ff, c.n_experts, c.n_experts_per_token,
+        elif ffn == "moe":             # Mixtral, Qwen3-MoE (Chapter 10)
+            self.mlp = MoE(c.d_model, c.moe_d_ff or c.d_ff, c.n_experts,
+                           c.n_experts_per_token,
                            normalize_topk=c.moe_norm_topk, **kw)
-        else:                                                   # DeepSeekMoE (Chapter 12)
+        else:                          # DeepSeekMoE (Chapter 12)
             self.mlp = DeepSeekMoE(c, **kw)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: Positions | None = None,
-                cache: KVCache | None = None, layer_idx: int = 0) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), mask, positions, cache, layer_idx)  # (B, T, d)
-        return h + self.mlp(self.post_attention_layernorm(h))                                # (B, T, d)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                positions: Positions | None = None,
+                cache: KVCache | None = None,
+                layer_idx: int = 0) -> torch.Tensor:
+        attn_in = self.input_layernorm(x)
+        h = x + self.self_attn(attn_in, mask, positions, cache, layer_idx)
+        #                                                         (B, T, d)
+        return h + self.mlp(self.post_attention_layernorm(h))   # (B, T, d)
 
 
 class Llama(nn.Module):
@@ -211,37 +237,50 @@ class Llama(nn.Module):
         return self
 
     def reset_parameters(self) -> None:
-        """N(0, 0.02^2) for the embedding and every Linear; RMSNorm weights = 1."""
+        """N(0, 0.02^2) for the embedding and every Linear;
+        RMSNorm weights = 1."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None,
-                attention_mask: torch.Tensor | None = None, *, check_values: bool = True) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor,
+                positions: torch.Tensor | None = None,
+                cache: KVCache | None = None,
+                attention_mask: torch.Tensor | None = None, *,
+                check_values: bool = True) -> torch.Tensor:
         """input_ids (B, T) -> logits (B, T, V).
 
-        positions      (T,) or (B, T); default: from attention_mask when given (each row's first
-                       real token is position 0), else cache.length .. cache.length + T - 1
-        cache          a KVCache: this call's keys/values are appended, queries see all of them
-        attention_mask (B, T_past + T) of 0/1, Hugging Face style (1 = real token, 0 = padding)
-        check_values   read the inputs to check their values too: ids in the vocabulary, positions
-                       in range, a mask of 0/1 (on a GPU, a wait for a device-to-host copy). Shapes,
-                       dtypes and devices are checked always. generate passes False for the tokens
-                       it sampled itself (Chapter 8).
+        positions       (T,) or (B, T); default: from attention_mask when
+                        given (each row's first real token is position 0),
+                        else cache.length .. cache.length + T - 1
+        cache           a KVCache: this call's keys/values are appended,
+                        queries see all of them
+        attention_mask  (B, T_past + T) of 0/1, Hugging Face style
+                        (1 = real token, 0 = padding)
+        check_values    read the inputs to check their values too: ids in
+                        the vocabulary, positions in range, a mask of 0/1
+                        (on a GPU, a wait for a device-to-host copy).
+                        Shapes, dtypes and devices are checked always.
+                        generate passes False for the tokens it sampled
+                        itself (Chapter 8).
         """
-        self._check_inputs(input_ids, positions, cache, attention_mask, check_values)
+        self._check_inputs(input_ids, positions, cache, attention_mask,
+                           check_values)
         past = cache.length if cache is not None else 0
-        mask, positions = causal_inputs(input_ids.shape[1], past, attention_mask, input_ids.device,
-                                        positions=positions)                   # (B, 1, T, T_kv), (B, T)
-        angles = self.rotary.angles(positions)      # RoPE's cos, sin (..., T, hd/2), once for all layers
-        x = self.embed_tokens(input_ids)                                       # (B, T, d)
+        mask, positions = causal_inputs(input_ids.shape[1], past,
+                                        attention_mask, input_ids.device,
+                                        positions=positions)
+        #                              (B, 1, T, T_kv), (B, T)
+        angles = self.rotary.angles(positions)
+        #                  RoPE's cos, sin (..., T, hd/2), once for all layers
+        x = self.embed_tokens(input_ids)                      # (B, T, d)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, angles, cache, i)                               # (B, T, d)
+            x = layer(x, mask, angles, cache, i)              # (B, T, d)
         if cache is not None:
             cache.advance()
-        return self.lm_head(self.norm(x))                                      # (B, T, V)
+        return self.lm_head(self.norm(x))                     # (B, T, V)
 
     def _check_inputs(self, input_ids, positions, cache, attention_mask, check_values) -> None:
         values = check_bool("check_values", check_values)     # False: metadata only (checks.py)

@@ -24,21 +24,27 @@ def _check_norm(x, weight, eps, bias=None) -> None:
     check_positive_number("eps", eps)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor,
+             eps: float = 1e-6) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last dimension.
 
-    As in LLaMA: the statistics are computed in float32 (at least), the result is cast back to x's
-    dtype, and only then multiplied by the weight. Returns x's dtype. x (..., d), weight (d,).
-    Limit, as in LLaMA and Hugging Face: in float32 the sum of a row's d squares overflows once it
-    passes 3.4e38, so a row of d entries of magnitude above about 1.8e19 / sqrt(d) (2.9e17 for
-    d = 4096) has an infinite mean of squares and comes out as zeros. Activations of a working
-    model are many orders of magnitude smaller; a float64 input computes in float64, where the same
-    limit is about 1.3e154 / sqrt(d).
+    As in LLaMA: the statistics are computed in float32 (at least), the
+    result is cast back to x's dtype, and only then multiplied by the
+    weight. Returns x's dtype. x (..., d), weight (d,).
+    Limit, as in LLaMA and Hugging Face: in float32 the sum of a row's d
+    squares overflows once it passes 3.4e38, so a row of d entries of
+    magnitude above about 1.8e19 / sqrt(d) (2.9e17 for d = 4096) has an
+    infinite mean of squares and comes out as zeros. Activations of a
+    working model are many orders of magnitude smaller; a float64 input
+    computes in float64, where the same limit is about 1.3e154 / sqrt(d).
     """
     _check_norm(x, weight, eps)
-    h = x.to(torch.promote_types(x.dtype, torch.float32))          # (..., d) at least float32
-    inv_rms = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)   # (..., 1) 1 / RMS(x)
-    return (weight * (h * inv_rms).to(x.dtype)).to(x.dtype)        # (..., d) gamma after the cast back
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    #                                     (..., d) at least float32
+    inv_rms = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    #                                     (..., 1) 1 / RMS(x)
+    return (weight * (h * inv_rms).to(x.dtype)).to(x.dtype)
+    #                                     (..., d) gamma after the cast back
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

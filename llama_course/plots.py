@@ -55,6 +55,45 @@ def text_px(points: float, fig_width_in: float, column_in: float = COLUMN_IN) ->
     return points * 100 / 72 * min(1.0, column_in / fig_width_in)
 
 
+def overlapping_tick_labels(ax, axis: str = "x", gap_px: float = 2.0) -> list[tuple[str, str]]:
+    """Pairs of neighbouring tick labels of ``ax``'s ``axis`` ("x" or "y") drawn closer than
+    ``gap_px`` display pixels apart, or overlapping (Chapter 2's "257300" was 257 and 300)."""
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis: expected 'x' or 'y', got {axis!r}")
+    renderer = ax.figure.canvas.get_renderer()
+    ticks = ax.xaxis if axis == "x" else ax.yaxis
+    lo, hi = ("x0", "x1") if axis == "x" else ("y0", "y1")
+    boxes = sorted(((label.get_window_extent(renderer), label.get_text())
+                    for label in ticks.get_ticklabels() if label.get_visible() and label.get_text()),
+                   key=lambda item: getattr(item[0], lo))
+    return [(a, b) for (box_a, a), (box_b, b) in zip(boxes, boxes[1:])
+            if getattr(box_b, lo) - getattr(box_a, hi) < gap_px]
+
+
+def label_ticks(ax, values, axis: str = "x", gap_px: float = 6.0) -> list:
+    """Ticks at every one of ``values`` on ``ax``'s ``axis``, labelled from the first on, each
+    label left out that would come closer than ``gap_px`` display pixels to the last one kept
+    (the tick stays). Returns the values whose labels are shown."""
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis: expected 'x' or 'y', got {axis!r}")
+    values = sorted(values)
+    if not values:
+        raise ValueError("values: expected at least one tick")
+    setter = ax.set_xticks if axis == "x" else ax.set_yticks
+    setter(values, [str(v) for v in values])
+    ticks = ax.xaxis if axis == "x" else ax.yaxis
+    renderer = ax.figure.canvas.get_renderer()
+    lo, hi = ("x0", "x1") if axis == "x" else ("y0", "y1")
+    shown, last = [], None
+    for value, label in zip(values, ticks.get_ticklabels()):
+        box = label.get_window_extent(renderer)
+        if last is None or getattr(box, lo) - getattr(last, hi) >= gap_px:
+            shown.append(value)
+            last = box
+    setter(values, [str(v) if v in shown else "" for v in values])
+    return shown
+
+
 def plot_parameter_breakdown(config: LlamaConfig, title: str | None = None, ax=None):
     """Horizontal bar chart of where a model's parameters live (billions, share of total).
 

@@ -72,18 +72,24 @@ def _check_rope(head_dim, base, scaling) -> tuple[str, dict]:
     return rope_type, scaling
 
 
-def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = None,
-                  seq_len: int | None = None, device=None) -> torch.Tensor:
-    """The rotation speeds w_k = base^(-2k/d), k = 0 .. d/2 - 1, in float32, optionally scaled.
+def rope_inv_freq(head_dim: int, base: float = 10000.0,
+                  scaling: dict | None = None, seq_len: int | None = None,
+                  device=None) -> torch.Tensor:
+    """The rotation speeds w_k = base^(-2k/d), k = 0 .. d/2 - 1, in float32,
+    optionally scaled.
 
     ``scaling`` follows Hugging Face's ``rope_parameters`` / ``rope_scaling``:
-        {"rope_type": "linear", "factor": s}       position interpolation: w_k / s (Chen et al. 2023)
-        {"rope_type": "ntk", "factor": s}          NTK-aware: base * s^(d / (d - 2)), a static stretch
-        {"rope_type": "dynamic", "factor": s, "original_max_position_embeddings": L}
-                                                   NTK with s grown to fit ``seq_len`` (none below L)
-        {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
-         "original_max_position_embeddings": 8192} Llama 3.1: slow pairs / 8, fast pairs kept,
-                                                   a smooth blend in between
+        {"rope_type": "linear", "factor": s}
+            position interpolation: w_k / s (Chen et al. 2023)
+        {"rope_type": "ntk", "factor": s}
+            NTK-aware: base * s^(d / (d - 2)), a static stretch
+        {"rope_type": "dynamic", "factor": s,
+         "original_max_position_embeddings": L}
+            NTK with s grown to fit ``seq_len`` (none below L)
+        {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+         "high_freq_factor": 4, "original_max_position_embeddings": 8192}
+            Llama 3.1: slow pairs / 8, fast pairs kept, a smooth blend
+            in between
     """
     rope_type, scaling = _check_rope(head_dim, base, scaling)
     factor = scaling.get("factor", 1.0)
@@ -92,19 +98,24 @@ def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = N
     elif rope_type == "dynamic":
         original = scaling["original_max_position_embeddings"]
         seq_len = max(seq_len or original, original)
-        base = base * ((factor * seq_len / original) - (factor - 1)) ** (head_dim / (head_dim - 2))
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim  # 2k/d
-    inv_freq = 1.0 / (base ** exponents)                                                            # (d/2,)
+        grown = (factor * seq_len / original) - (factor - 1)
+        base = base * grown ** (head_dim / (head_dim - 2))
+    k2 = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device)
+    exponents = k2.float() / head_dim              # 2k/d
+    inv_freq = 1.0 / (base ** exponents)           # (d/2,)
     if rope_type == "linear":
         inv_freq = inv_freq / factor
     elif rope_type == "llama3":
         original = scaling["original_max_position_embeddings"]
         low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
-        wavelength = 2 * math.pi / inv_freq                                   # (d/2,) tokens per turn
-        smooth = (original / wavelength - low) / (high - low)                 # 0 (slow) .. 1 (fast)
-        scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+        wavelength = 2 * math.pi / inv_freq        # (d/2,) tokens per turn
+        smooth = (original / wavelength - low) / (high - low)
+        #                                            0 (slow) .. 1 (fast)
+        slow = wavelength > original / low
+        scaled = torch.where(slow, inv_freq / factor, inv_freq)
         blended = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelength >= original / high) & (wavelength <= original / low)
+        medium = ((wavelength >= original / high)
+                  & (wavelength <= original / low))
         inv_freq = torch.where(medium, blended, scaled)
     return inv_freq
 
@@ -136,15 +147,20 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float = 10000.0, 
     return angles.cos(), angles.sin()
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotate the pairs of x (..., d) by angles whose cos/sin are (..., d/2), in x's dtype."""
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # as Hugging Face does: angles in fp32, product in x's dtype
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+            layout: str) -> torch.Tensor:
+    """Rotate the pairs of x (..., d) by angles whose cos/sin are
+    (..., d/2), in x's dtype."""
+    # as Hugging Face does: angles in fp32, the product in x's dtype
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]                        # (..., d/2) each: pairs (x_2i, x_2i+1)
-        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)  # (..., d)
+        a, b = x[..., 0::2], x[..., 1::2]   # (..., d/2) each: (x_2i, x_2i+1)
+        rotated = (a * cos - b * sin, a * sin + b * cos)
+        return torch.stack(rotated, dim=-1).flatten(-2)          # (..., d)
     half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]                          # (..., d/2) each: pairs (x_i, x_i+d/2)
-    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)                    # (..., d)
+    a, b = x[..., :half], x[..., half:]     # (..., d/2) each: (x_i, x_i+d/2)
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    #                                                            (..., d)
 
 
 def _broadcast_angles(cos, sin, x):
@@ -167,15 +183,18 @@ def _check_rope_input(x, positions, layout) -> None:
                          f"must be (batch, ..., seq, head_dim) with the same batch")
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
-               layout: str = "interleaved", scaling: dict | None = None) -> torch.Tensor:
-    """Rotate x (..., seq, head_dim) by its positions: (seq,), or (batch, seq) for x (batch, heads, seq, d).
+def apply_rope(x: torch.Tensor, positions: torch.Tensor,
+               base: float = 10000.0, layout: str = "interleaved",
+               scaling: dict | None = None) -> torch.Tensor:
+    """Rotate x (..., seq, head_dim) by its positions: (seq,), or
+    (batch, seq) for x (batch, heads, seq, d).
 
     Returns x's shape and dtype; the angles are computed in float32.
     """
     _check_rope_input(x, positions, layout)
-    cos, sin = rope_cos_sin(positions, x.shape[-1], base, scaling)          # (..., d/2) fp32
-    cos, sin = _broadcast_angles(cos, sin, x)                                # broadcast over heads
+    cos, sin = rope_cos_sin(positions, x.shape[-1], base, scaling)
+    #                                       (..., d/2) fp32
+    cos, sin = _broadcast_angles(cos, sin, x)   # broadcast over heads
     return _rotate(x, cos, sin, layout)
 
 
@@ -187,12 +206,15 @@ def _check_qk_weight(w, n_heads) -> None:
 
 
 def interleaved_to_half(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Permute the rows of W_Q or W_K (n_heads * head_dim, d_in) from the interleaved layout to
-    the half layout: within each head, rows (0, 1, 2, 3, ...) = pairs (0,1), (2,3), ... become
-    (0, 2, 4, ..., 1, 3, 5, ...). This is the permutation Hugging Face's Meta-to-HF conversion applies."""
+    """Permute the rows of W_Q or W_K (n_heads * head_dim, d_in) from the
+    interleaved layout to the half layout: within each head, rows
+    (0, 1, 2, 3, ...) = pairs (0,1), (2,3), ... become
+    (0, 2, 4, ..., 1, 3, 5, ...). This is the permutation Hugging Face's
+    Meta-to-HF conversion applies."""
     _check_qk_weight(w, n_heads)
     rows, d_in = w.shape
-    return w.view(n_heads, rows // n_heads // 2, 2, d_in).transpose(1, 2).reshape(rows, d_in)
+    pairs = w.view(n_heads, rows // n_heads // 2, 2, d_in)
+    return pairs.transpose(1, 2).reshape(rows, d_in)
 
 
 def half_to_interleaved(w: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -25,12 +25,14 @@ import torch
 from .checks import check_positive_int
 
 
-def sliding_window_mask(q_index: torch.Tensor, kv_index: torch.Tensor, window: int) -> torch.Tensor:
-    """Boolean (T, S): True where query at index q_index[t] may see the key at index kv_index[s],
-    that is  q - W < k <= q."""
+def sliding_window_mask(q_index: torch.Tensor, kv_index: torch.Tensor,
+                        window: int) -> torch.Tensor:
+    """Boolean (T, S): True where query at index q_index[t] may see the key
+    at index kv_index[s], that is  q - W < k <= q."""
     check_positive_int("window", window)
-    distance = q_index[:, None] - kv_index[None, :]                   # (T, S) how far back each key is
-    return (distance >= 0) & (distance < window)                      # (T, S)
+    distance = q_index[:, None] - kv_index[None, :]
+    #                                     (T, S) how far back each key is
+    return (distance >= 0) & (distance < window)                # (T, S)
 
 
 def banded_mask(q_len: int, window: int, kv_len: int | None = None, device=None) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Kept for code written against earlier versions: the device helpers now live in device.py."""
+"""Kept for code written against earlier versions: the device helpers now
+live in device.py."""
 
 from .device import get_device, seed_everything
 

@@ -39,7 +39,14 @@ from pathlib import Path
 
 import torch
 
-from .checks import check_int, check_number, check_positive_number, check_tensor, check_token_ids, check_type
+from .checks import (
+    check_int,
+    check_number,
+    check_positive_number,
+    check_tensor,
+    check_token_ids,
+    check_type,
+)
 from .config import LlamaConfig
 
 # piece: (file stem, function names, what it is)

@@ -534,6 +534,41 @@ def _screenshot_figure(page, i: int, stem: Path) -> None:
         handle.evaluate("img => { img.closest('.figure-scroll').scrollLeft = 0; }")
 
 
+@measurement("page_shot", order=-10)   # first: before any measurement scrolls the page
+def _measure_page_shot(page, rel, site, size):
+    """The first screen of the page at this size, for CI's artifacts (issue 34: every page at
+    1280 and at 390 px): _build/screenshots/pages/<page>-<size>.png."""
+    shots = site.shots / "pages"
+    shots.mkdir(parents=True, exist_ok=True)
+    path = shots / f"{Path(rel).stem}-{size}.png"
+    page.screenshot(path=str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("width", _at_each_width())
+def test_every_page_is_screenshotted_at_each_width(layout, html_root, width):
+    """Every page under book/ leaves a screenshot of its first screen at 1280 and at 390 px."""
+    missing = []
+    for rel in book_pages(html_root):
+        path = Path(layout.read(rel, width, "page_shot"))
+        if not path.is_file() or path.stat().st_size < 10_000:
+            missing.append(f"{rel}: {path}")
+    assert book_pages(html_root), "no book page built"
+    assert not missing, "screenshots missing or empty:\n" + "\n".join(missing)
+
+
+def test_ci_keeps_the_screenshots():
+    """The CI workflow uploads _build/screenshots (pages at both widths, each figure as seen)
+    as an artifact, also when a test failed (when they are needed most)."""
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text("utf-8"))
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    uploads = [step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact")
+               and "_build/screenshots" in str(step.get("with", {}).get("path", ""))]
+    assert uploads, "no step of .github/workflows/ci.yml uploads _build/screenshots"
+    assert all("always()" in str(step.get("if", "")) for step in uploads), (
+        "the screenshots upload must run when a test failed too (if: always())")
+
+
 @measurement("figures", order=50)   # after the read-only measurements: it scrolls
 def _measure_figures(page, rel, site, size):
     """Every image's natural and shown size; each figure screenshotted as the reader sees it."""
@@ -718,12 +753,122 @@ def _measure_figure_text(page, rel, site, size):
     return found
 
 
+# The figure viewer (issue 34, course.js): on a phone each figure is fitted to the column and a
+# tap opens it whole. For each content image (the order of _FIGURE_TEXT_JS): whether it fits
+# the column, whether it offers the viewer, and, tapped, the viewer's figure: its own width
+# (before the quarter turn, which rotates the box but not the text's size relative to it) and
+# whether all of it lies on the screen at once.
+_VIEWER_JS = """
+async i => {
+  const img = [...document.querySelectorAll('main img')]
+    .filter(im => im.naturalWidth && /\\/_images\\//.test(im.currentSrc || im.src))[i];
+  const frame = img.closest('.figure-frame'), scroller = img.closest('.figure-scroll');
+  const vw = document.documentElement.clientWidth, vh = window.innerHeight;
+  const r = img.getBoundingClientRect();
+  const out = {src: img.currentSrc || img.src, framed: !!frame,
+               fits: r.left >= -1 && r.right <= vw + 1
+                     && (!scroller || scroller.scrollWidth <= scroller.clientWidth + 1),
+               offers: !!frame && frame.classList.contains('opens-viewer'), opened: false,
+               ratio: r.height / r.width, vw, vh,
+               readable: parseFloat(img.style.getPropertyValue('--readable-width')) || 0};
+  if (!out.offers) return out;
+  img.scrollIntoView({block: 'center'});
+  img.click();
+  await new Promise(done => setTimeout(done, 150));
+  const dialog = document.querySelector('dialog.figure-viewer');
+  if (!dialog || !dialog.open) return out;
+  const shown = dialog.querySelector('img');
+  await (shown.complete ? null : new Promise(done => shown.addEventListener('load', done, {once: true})));
+  const b = shown.getBoundingClientRect();
+  Object.assign(out, {opened: true, src: shown.currentSrc || shown.src, width: shown.offsetWidth,
+                      turned: dialog.classList.contains('turned'),
+                      whole: b.left >= -1 && b.top >= -1 && b.right <= vw + 1 && b.bottom <= vh + 1,
+                      scrolls: dialog.scrollWidth > dialog.clientWidth + 1
+                               || dialog.scrollHeight > dialog.clientHeight + 1});
+  dialog.querySelector('.figure-viewer-close').click();
+  await new Promise(done => setTimeout(done, 50));
+  out.closed = !dialog.open;
+  return out;
+}
+"""
+
+
+@measurement("figure_viewer", sizes=("phone",), order=60)   # it opens and closes the viewer
+def _measure_figure_viewer(page, rel, site, size):
+    count = page.evaluate("() => [...document.querySelectorAll('main img')].filter(im => "
+                          "im.naturalWidth && /\\/_images\\//.test(im.currentSrc || im.src)).length")
+    return [page.evaluate(_VIEWER_JS, i) for i in range(count)]
+
+
+def _viewer_text_px(html_root: Path, view: dict) -> float | None:
+    """CSS px of the smallest text of the figure as the opened viewer shows it (None: not opened)."""
+    if not view.get("opened"):
+        return None
+    return smallest_text_px(html_root, view["src"], view["width"])[0]
+
+
+VIEWER_PAD = 8   # px the viewer keeps free around the figure (course.js)
+
+
+def _fits_whole(view: dict) -> bool:
+    """Whether the figure fits the screen at its readable width, upright or turned a quarter."""
+    w, h = view["vw"] - 2 * VIEWER_PAD, view["vh"] - 2 * VIEWER_PAD
+    best = max(min(w, h / view["ratio"]), min(h, w / view["ratio"]))
+    return best >= view["readable"] - 1
+
+
+def test_fits_whole_knows_a_tall_diagram_from_a_wide_plot():
+    screen = {"vw": 390, "vh": 844}
+    assert _fits_whole({**screen, "ratio": 0.5, "readable": 640})       # a plot, turned
+    assert not _fits_whole({**screen, "ratio": 1.33, "readable": 669})  # a tall diagram
+
+
+@layout_group("phone")
+def test_phone_figures_are_seen_whole_first(layout, html_root):
+    """At 390 px every figure is fitted to the column (no sideways scrolling, all of it on the
+    screen), and one shown below its readable size opens, when tapped, in the viewer: its
+    smallest text MIN_TEXT_PX or more, all of it at once on the screen wherever its readable
+    size fits the screen upright or turned (the others scroll in the viewer and are listed in
+    the output), and the viewer closes again."""
+    bad, too_big, seen, opened, turned = [], [], 0, 0, 0
+    for rel in book_pages(html_root):
+        for view in layout.read(rel, "phone", "figure_viewer"):
+            seen += 1
+            name = f"{rel} {view['src'].rsplit('/', 1)[-1][:24]}"
+            if not view["fits"]:
+                bad.append(f"{name}: not fitted to the column")
+            if not view["offers"]:
+                continue
+            if not view["opened"]:
+                bad.append(f"{name}: a tap does not open the viewer")
+                continue
+            opened += 1
+            turned += bool(view["turned"])
+            px = _viewer_text_px(html_root, view)
+            if px < MIN_TEXT_PX:
+                bad.append(f"{name}: smallest text {px:.1f} px in the viewer")
+            if not (view["whole"] and not view["scrolls"]):
+                if _fits_whole(view):
+                    bad.append(f"{name}: the viewer does not show all of it at once")
+                else:   # readable only larger than the screen, turned or not: it scrolls there
+                    too_big.append(f"{name} ({view['readable']:.0f} px readable width)")
+            if not view["closed"]:
+                bad.append(f"{name}: the viewer's close button leaves it open")
+    print(f"phone figures: {seen}, {opened} open in the viewer ({turned} turned a quarter); "
+          f"{len(too_big)} readable only larger than a 390x844 screen, so they scroll in the "
+          "viewer (their text must grow or the diagram be re-laid):\n" + "\n".join(too_big))
+    assert seen, "no content image measured at all: the measurement is broken"
+    assert not bad, f"{len(bad)} figures not seen whole on a phone:\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("width", _at_each_width())
 def test_figure_text_is_readable(layout, html_root, width):
     """At 1280 and 390 px, light and dark, the smallest text of every notebook
     figure and drawn diagram is shown at MIN_TEXT_PX or more, computed from the width the
-    browser gives the picture, and the whole figure can be reached: it fits the screen, or it
-    sits in a frame that scrolls sideways to all of it, with a visible cue while there is more.
+    browser gives the picture (on a phone, where the column shows a figure fitted and smaller,
+    the width the figure viewer gives it when tapped), and the whole figure can be reached: it
+    fits the screen, or it sits in a frame that scrolls sideways to all of it, with a visible
+    cue while there is more.
     Each page is opened once per width (layout.py) and measured in the light theme, then in the
     dark one."""
     mode, width = width, WIDTHS[width]
@@ -731,11 +876,20 @@ def test_figure_text_is_readable(layout, html_root, width):
     sizes: dict[str, list[float]] = {".png": [], ".svg": []}
     measured = [(rel, theme, images) for rel in book_pages(html_root)
                 for theme, images in layout.read(rel, mode, "figure_text").items()]
+    viewers = {rel: layout.read(rel, mode, "figure_viewer") for rel in book_pages(html_root)
+               if mode == "phone"}
     for rel, theme, images in measured:
         for img in images:
             seen += 1
             name = f"{rel} ({theme}) {img['src'].rsplit('/', 1)[-1][:16]}"
             px, how = smallest_text_px(html_root, img["src"], img["shown"])
+            if mode == "phone" and px < MIN_TEXT_PX:
+                # on a phone the figure is fitted and a tap opens it whole at a readable size:
+                # its text is read in the viewer (test_phone_figures_are_seen_whole_first)
+                view = viewers[rel][images.index(img)]
+                seen_in_viewer = _viewer_text_px(html_root, view)
+                if seen_in_viewer is not None:
+                    px, how = seen_in_viewer, f"in the viewer, {view['width']:.0f} px wide"
             sizes.setdefault(Path(img["src"]).suffix, []).append(px)
             if img["src"].endswith(".png") and img["styleWidth"].endswith("px"):
                 natural, dpi = _png_size_and_dpi(_image_file(html_root, img["src"]))

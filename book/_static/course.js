@@ -49,6 +49,83 @@ document.addEventListener("DOMContentLoaded", () => {
   }
 });
 
+// The figure viewer (issue 34). In the column every figure is fitted, all of it in view; where
+// it is shown narrower than its readable width (--readable-width, the width at which its
+// smallest text is 11 px: a phone), a tap opens it in a modal <dialog> at the largest size at
+// which all of it is seen at once, turned a quarter on a portrait screen when that is larger
+// (the phone held sideways), never below its readable width: a figure too wide even so scrolls
+// in the viewer. Escape, the close button or a tap on the figure closes it. A tap on a figure
+// shown at its readable size or more follows its link as before (a notebook figure's full-size
+// PNG).
+(() => {
+  const PAD = 8;        // px kept free around the figure
+  const TURN = 1.15;    // turn only when that shows the figure at least this much larger
+  let dialog = null;
+  let figure = null;
+  const readable = (img) => parseFloat(img.style.getPropertyValue("--readable-width")) || 0;
+  const build = () => {
+    dialog = document.createElement("dialog");
+    dialog.className = "figure-viewer";
+    dialog.setAttribute("aria-label", "Figure, full size");
+    const close = document.createElement("button");
+    close.type = "button";
+    close.className = "figure-viewer-close";
+    close.setAttribute("aria-label", "Close the figure");
+    close.textContent = "\u00d7";
+    const stage = document.createElement("div");
+    stage.className = "figure-viewer-stage";
+    figure = document.createElement("img");
+    stage.append(figure);
+    dialog.append(close, stage);
+    document.body.append(dialog);
+    close.addEventListener("click", () => dialog.close());
+    figure.addEventListener("click", () => dialog.close());
+    window.addEventListener("resize", () => dialog.open && lay());
+  };
+  const lay = () => {
+    const ratio = parseFloat(figure.dataset.ratio);   // height / width of the figure
+    const min = parseFloat(figure.dataset.readable) || 0;
+    const w = window.innerWidth - 2 * PAD;
+    const h = window.innerHeight - 2 * PAD;
+    const upright = Math.min(w, h / ratio);    // the widest it can be, all of it seen
+    const turned = Math.min(h, w / ratio);     // the same, turned a quarter
+    const turn = turned > upright * TURN;
+    const best = turn ? turned : upright;
+    // all of it at once when that is readable; else upright at its readable width, scrolling
+    const width = best >= min ? best : min;
+    dialog.classList.toggle("turned", best >= min && turn);
+    figure.style.width = `${width}px`;
+    figure.style.height = `${width * ratio}px`;
+  };
+  const open = (img) => {
+    if (!dialog) build();
+    const r = img.getBoundingClientRect();
+    figure.src = img.currentSrc || img.src;
+    figure.alt = img.alt || "";
+    figure.dataset.ratio = r.height / r.width;
+    figure.dataset.readable = readable(img);
+    dialog.showModal();
+    lay();
+    dialog.scrollTo(0, 0);
+  };
+  document.addEventListener("DOMContentLoaded", () => {
+    for (const frame of document.querySelectorAll(".figure-frame")) {
+      const img = frame.querySelector("img");
+      if (!img) continue;
+      const mark = () => frame.classList.toggle(
+        "opens-viewer", img.getBoundingClientRect().width < readable(img) - 1);
+      mark();
+      img.addEventListener("load", mark);
+      window.addEventListener("resize", mark);
+      frame.addEventListener("click", (event) => {
+        if (!frame.classList.contains("opens-viewer")) return;
+        event.preventDefault();      // not the link to the full-size file: the viewer
+        open(img);
+      });
+    }
+  });
+})();
+
 // Equation numbers (issue 34). Sphinx floats an equation's number, "(5.7)", to the right of it.
 // Where the equation does not fit beside its number, the number goes on a line of its own below
 // it (as LaTeX does), so that the equation has the whole column, and where it is wider still (on

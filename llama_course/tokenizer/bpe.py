@@ -34,9 +34,11 @@ import regex
 
 from ..checks import check_int
 
-# GPT-2's pre-tokenizer: contractions, words with an optional leading space, numbers,
-# punctuation runs, and whitespace (a run before a word leaves its last space to the word).
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# GPT-2's pre-tokenizer: contractions, words with an optional leading space,
+# numbers, punctuation runs, and whitespace (a run before a word leaves its
+# last space to the word).
+GPT2_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+"""
+                r"""| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
 FORMAT = "llama-course-bpe"
 
@@ -317,27 +319,30 @@ def pre_tokens(pattern: regex.Pattern, text: str, offsets: bool = False) -> list
 
 
 def bpe_merge(data: bytes, ranks: dict[bytes, int]) -> list[bytes]:
-    """The parts of ``data`` after tiktoken's rule: while some adjacent pair of parts concatenates
-    to a token, join the pair of lowest rank (ties: the leftmost). O(n log n) for n bytes.
+    """The parts of ``data`` after tiktoken's rule: while some adjacent pair
+    of parts concatenates to a token, join the pair of lowest rank (ties: the
+    leftmost). O(n log n) for n bytes.
 
-    Parts are kept as a linked list (part i covers data[i:end[i]], its left neighbour starts at
-    left[i]); a heap holds (rank, i, j, end of j) for every adjacent pair of parts i, j that is a
-    token. An entry is stale once i or j has changed, which (end[i], end[j]) reveals.
+    Parts are kept as a linked list (part i covers data[i:end[i]], its left
+    neighbour starts at left[i]); a heap holds (rank, i, j, end of j) for
+    every adjacent pair of parts i, j that is a token. An entry is stale once
+    i or j has changed, which (end[i], end[j]) reveals.
     """
     n = len(data)
-    end, left = list(range(1, n + 1)), list(range(-1, n - 1))           # (n,) each
-    heap = [(ranks[data[i:i + 2]], i, i + 1, i + 2) for i in range(n - 1) if data[i:i + 2] in ranks]
+    end, left = list(range(1, n + 1)), list(range(-1, n - 1))   # (n,) each
+    heap = [(ranks[data[i:i + 2]], i, i + 1, i + 2)
+            for i in range(n - 1) if data[i:i + 2] in ranks]
     heapq.heapify(heap)
     while heap:
         _, i, j, j_end = heapq.heappop(heap)
         if end[i] != j or end[j] != j_end:
-            continue                                                    # stale: a neighbour merged first
-        end[i], end[j] = j_end, -1                                      # join part j into part i
+            continue                      # stale: a neighbour merged first
+        end[i], end[j] = j_end, -1        # join part j into part i
         if j_end < n:
-            left[j_end] = i
-            _push_pair(heap, data, ranks, i, j_end, end[j_end])          # new pair: (i, its right neighbour)
-        if left[i] >= 0:
-            _push_pair(heap, data, ranks, left[i], i, j_end)             # new pair: (left neighbour, i)
+            left[j_end] = i               # new pair: (i, its right neighbour)
+            _push_pair(heap, data, ranks, i, j_end, end[j_end])
+        if left[i] >= 0:                  # new pair: (left neighbour, i)
+            _push_pair(heap, data, ranks, left[i], i, j_end)
     parts, i = [], 0
     while i < n:
         parts.append(data[i:end[i]])
@@ -361,44 +366,57 @@ def _unshow(text: str) -> bytes:
 
 # ---------------------------------------------------------------------------- training
 
-def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int, special_tokens: Iterable[str] = (),
+def train_bpe(text_or_iterable: str | Iterable[str], vocab_size: int,
+              special_tokens: Iterable[str] = (),
               pattern: str | None = None) -> BPETokenizer:
-    """Train a byte-level BPE tokenizer with ``vocab_size`` tokens (256 bytes + merges + specials).
+    """Train a byte-level BPE tokenizer with ``vocab_size`` tokens (256 bytes
+    + merges + specials).
 
-    Pre-tokens are counted once; each merge then updates only the pair counts of the words that
-    contain the merged pair, and a heap finds the most frequent pair (ties: the pair whose
-    (bytes_a, bytes_b) is lexicographically greatest, as in GPT-2's and CS336's reference).
-    If the text runs out of pairs first, a warning says so and the vocabulary is smaller.
-    An iterable is a stream of documents: no pre-token spans two of its strings.
+    Pre-tokens are counted once; each merge then updates only the pair counts
+    of the words that contain the merged pair, and a heap finds the most
+    frequent pair (ties: the pair whose (bytes_a, bytes_b) is
+    lexicographically greatest, as in GPT-2's and CS336's reference). If the
+    text runs out of pairs first, a warning says so and the vocabulary is
+    smaller. An iterable is a stream of documents: no pre-token spans two of
+    its strings.
     """
     special_tokens = _check_training_arguments(vocab_size, special_tokens)
-    texts = [text_or_iterable] if isinstance(text_or_iterable, str) else text_or_iterable
+    texts = ([text_or_iterable] if isinstance(text_or_iterable, str)
+             else text_or_iterable)
     pattern = GPT2_PATTERN if pattern is None else pattern
-    counts = count_pre_tokens(texts, pattern, special_tokens)       # 1. each distinct pre-token once
-    words = [list(word) for word in counts]                         #    as a list of token ids
+    # 1. each distinct pre-token once, as a list of token ids
+    counts = count_pre_tokens(texts, pattern, special_tokens)
+    words = [list(word) for word in counts]
     freqs = list(counts.values())
-    pair_counts, where = index_pairs(words, freqs)                  # 2. pair counts, the words holding each
+    # 2. the pair counts, and the words holding each pair
+    pair_counts, where = index_pairs(words, freqs)
     vocab = {i: bytes([i]) for i in range(256)}
     order = {i: _reversed_order(vocab[i]) for i in vocab}
-    heap = [(-c, order[a], order[b], a, b) for (a, b), c in pair_counts.items()]
+    heap = [(-c, order[a], order[b], a, b)
+            for (a, b), c in pair_counts.items()]
     heapq.heapify(heap)
     merges: list[tuple[bytes, bytes]] = []
-    merge_counts: list[int] = []                                    # each merged pair's count when chosen
-    while len(merges) < vocab_size - 256 - len(special_tokens):     # 3. merge the most frequent pair
-        while heap and pair_counts.get((heap[0][3], heap[0][4]), 0) != -heap[0][0]:
-            heapq.heappop(heap)                                     # stale: the count changed since
+    merge_counts: list[int] = []        # each merged pair's count when chosen
+    # 3. merge the most frequent pair
+    while len(merges) < vocab_size - 256 - len(special_tokens):
+        while heap and (pair_counts.get((heap[0][3], heap[0][4]), 0)
+                        != -heap[0][0]):
+            heapq.heappop(heap)         # stale: the count changed since
         if not heap:
-            warnings.warn(f"train_bpe: the text has no pairs left after {len(merges)} merges; "
-                          f"the vocabulary has {256 + len(merges) + len(special_tokens)} tokens, "
-                          f"not {vocab_size}", stacklevel=2)
+            size = 256 + len(merges) + len(special_tokens)
+            warnings.warn(f"train_bpe: the text has no pairs left after "
+                          f"{len(merges)} merges; the vocabulary has {size} "
+                          f"tokens, not {vocab_size}", stacklevel=2)
             break
         count, _, _, a, b = heapq.heappop(heap)
-        new_id = 256 + len(merges)
-        vocab[new_id], order[new_id] = vocab[a] + vocab[b], _reversed_order(vocab[a] + vocab[b])
+        new_id, joined = 256 + len(merges), vocab[a] + vocab[b]
+        vocab[new_id], order[new_id] = joined, _reversed_order(joined)
         merges.append((vocab[a], vocab[b]))
         merge_counts.append(-count)
-        for pair in merge_everywhere(words, freqs, pair_counts, where, (a, b), new_id):
-            heapq.heappush(heap, (-pair_counts[pair], order[pair[0]], order[pair[1]], *pair))
+        for pair in merge_everywhere(words, freqs, pair_counts, where,
+                                     (a, b), new_id):
+            heapq.heappush(heap, (-pair_counts[pair], order[pair[0]],
+                                  order[pair[1]], *pair))
     for i, token in enumerate(special_tokens):
         vocab[256 + len(merges) + i] = token.encode("utf-8")
     tokenizer = BPETokenizer(vocab, merges, special_tokens, pattern)
@@ -471,8 +489,10 @@ def merge_everywhere(words: list[list[int]], freqs: list[int], pair_counts: Coun
     return sorted(changed)
 
 
-def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace every non-overlapping occurrence of ``pair`` in ids, left to right, by new_id.
+def merge_pair(ids: list[int], pair: tuple[int, int],
+               new_id: int) -> list[int]:
+    """Replace every non-overlapping occurrence of ``pair`` in ids, left to
+    right, by new_id.
 
     merge_pair([1, 2, 2, 2, 3], (2, 2), 9) == [1, 9, 2, 3]
     """

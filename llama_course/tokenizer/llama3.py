@@ -17,40 +17,56 @@ from pathlib import Path
 
 from .bpe import BPETokenizer
 
-# Llama 3's pre-tokenizer: case-insensitive contractions; a word with at most one leading
-# non-letter; numbers in groups of at most 3 digits; punctuation runs; newlines; spaces.
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+# Llama 3's pre-tokenizer: case-insensitive contractions; a word with at
+# most one leading non-letter; numbers in groups of at most 3 digits;
+# punctuation runs; newlines; spaces.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+                  r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-# tiktoken (0.14, Meta's engine) matches \p{L} and \p{N} with Unicode 16.0's tables; the `regex` package
-# (2026.11) with Unicode 17.0's, which class 17,480 newly assigned code points as letters or digits
-# (CJK Extension J U+3D000.., Tolong Siki digits U+11DE0.., cuneiform numbers U+12550..). For
-# tiktoken they are neither (unassigned), so the course's copy of the pattern leaves them out of
-# both classes. Found, and checked on every code point, by running both engines on each class
-# (tests/unit/test_llama3_tokenizer.py); a `regex` with newer tables fails that test.
+# tiktoken (0.14, Meta's engine) matches \p{L} and \p{N} with Unicode 16.0's
+# tables; the `regex` package (2026.11) with Unicode 17.0's, which class
+# 17,480 newly assigned code points as letters or digits (CJK Extension J
+# U+3D000.., Tolong Siki digits U+11DE0.., cuneiform numbers U+12550..). For
+# tiktoken they are neither (unassigned), so the course's copy of the pattern
+# leaves them out of both classes. Found, and checked on every code point, by
+# running both engines on each class (tests/unit/test_llama3_tokenizer.py); a
+# `regex` with newer tables fails that test.
 _NEWER_LETTERS = (
-    r"\U00000558\U0000058B-\U0000058C\U0000088F\U00000C5C\U00000CDC\U0000208F\U0000209D-\U0000209F"
-    r"\U0000A7CE-\U0000A7CF\U0000A7D2\U0000A7D4\U0000A7DD\U0000A7E2\U0000A7F1\U0000AB6C-\U0000AB6D"
-    r"\U000107BB-\U000107BF\U00010940-\U00010959\U00010EC5-\U00010EC7\U00010ED9-\U00010EEE\U00011B0A"
-    r"\U00011DB0-\U00011DDB\U00011DF1\U00016EA0-\U00016EB8\U00016EBB-\U00016ED3\U00016FF2-\U00016FF3"
-    r"\U000187F8-\U000187FF\U00018CD6-\U00018CDA\U00018D09-\U00018D20\U00018D80-\U00018DF2"
-    r"\U00018E00-\U00019191\U000191A0-\U000191D2\U0001B123-\U0001B128\U0001B168\U0001D6A6"
-    r"\U0001DF1F-\U0001DF24\U0001DF2B-\U0001DF81\U0001DF90-\U0001DF96\U0001DFCD-\U0001DFFF"
-    r"\U0001E6C0-\U0001E6DE\U0001E6E0-\U0001E6E2\U0001E6E4-\U0001E6E5\U0001E6E7-\U0001E6ED"
-    r"\U0001E6F0-\U0001E6F4\U0001E6FE-\U0001E6FF\U0002B73A-\U0002B73F\U0002B81E\U0002CEA2-\U0002CEAD"
-    r"\U000323B0-\U00033479\U0003D000-\U0003FC3F")
-_NEWER_DIGITS = r"\U00011DE0-\U00011DE9\U0001246F\U00012475-\U0001247F\U00012550-\U00012686\U00016FF4-\U00016FF6"
-# Meta's classes -> the same classes under Unicode 16.0, written for the `regex` package
+    r"\U00000558\U0000058B-\U0000058C\U0000088F\U00000C5C\U00000CDC\U0000208F"
+    r"\U0000209D-\U0000209F\U0000A7CE-\U0000A7CF\U0000A7D2\U0000A7D4\U0000A7DD"
+    r"\U0000A7E2\U0000A7F1\U0000AB6C-\U0000AB6D\U000107BB-\U000107BF"
+    r"\U00010940-\U00010959\U00010EC5-\U00010EC7\U00010ED9-\U00010EEE"
+    r"\U00011B0A\U00011DB0-\U00011DDB\U00011DF1\U00016EA0-\U00016EB8"
+    r"\U00016EBB-\U00016ED3\U00016FF2-\U00016FF3\U000187F8-\U000187FF"
+    r"\U00018CD6-\U00018CDA\U00018D09-\U00018D20\U00018D80-\U00018DF2"
+    r"\U00018E00-\U00019191\U000191A0-\U000191D2\U0001B123-\U0001B128"
+    r"\U0001B168\U0001D6A6\U0001DF1F-\U0001DF24\U0001DF2B-\U0001DF81"
+    r"\U0001DF90-\U0001DF96\U0001DFCD-\U0001DFFF\U0001E6C0-\U0001E6DE"
+    r"\U0001E6E0-\U0001E6E2\U0001E6E4-\U0001E6E5\U0001E6E7-\U0001E6ED"
+    r"\U0001E6F0-\U0001E6F4\U0001E6FE-\U0001E6FF\U0002B73A-\U0002B73F"
+    r"\U0002B81E\U0002CEA2-\U0002CEAD\U000323B0-\U00033479"
+    r"\U0003D000-\U0003FC3F")
+_NEWER_DIGITS = (
+    r"\U00011DE0-\U00011DE9\U0001246F\U00012475-\U0001247F"
+    r"\U00012550-\U00012686\U00016FF4-\U00016FF6")
+# Meta's classes -> the same classes under Unicode 16.0, for `regex`
+_ANY_NEWER = _NEWER_LETTERS + _NEWER_DIGITS
 UNICODE_16_CLASSES = {
-    r"\p{L}": rf"[^\P{{L}}{_NEWER_LETTERS}]",                       # a letter, not a newer one
+    r"\p{L}": rf"[^\P{{L}}{_NEWER_LETTERS}]",    # a letter, not a newer one
     r"\p{N}": rf"[^\P{{N}}{_NEWER_DIGITS}]",
-    r"[^\r\n\p{L}\p{N}]": rf"(?:[^\r\n\p{{L}}\p{{N}}]|[{_NEWER_LETTERS}{_NEWER_DIGITS}])",
-    r"[^\s\p{L}\p{N}]": rf"(?:[^\s\p{{L}}\p{{N}}]|[{_NEWER_LETTERS}{_NEWER_DIGITS}])",
+    r"[^\r\n\p{L}\p{N}]": rf"(?:[^\r\n\p{{L}}\p{{N}}]|[{_ANY_NEWER}])",
+    r"[^\s\p{L}\p{N}]": rf"(?:[^\s\p{{L}}\p{{N}}]|[{_ANY_NEWER}])",
 }
-# LLAMA3_PATTERN with those classes: what the course's BPETokenizer (`regex`) splits with
-LLAMA3_REGEX_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|" + UNICODE_16_CLASSES[r"[^\r\n\p{L}\p{N}]"] + "?"
-                        + UNICODE_16_CLASSES[r"\p{L}"] + "+|" + UNICODE_16_CLASSES[r"\p{N}"] + "{1,3}| ?"
-                        + UNICODE_16_CLASSES[r"[^\s\p{L}\p{N}]"] + r"+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# LLAMA3_PATTERN with those classes: what the course's BPETokenizer
+# (`regex`) splits with
+LLAMA3_REGEX_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|"
+    + UNICODE_16_CLASSES[r"[^\r\n\p{L}\p{N}]"] + "?"
+    + UNICODE_16_CLASSES[r"\p{L}"] + "+|"
+    + UNICODE_16_CLASSES[r"\p{N}"] + "{1,3}| ?"
+    + UNICODE_16_CLASSES[r"[^\s\p{L}\p{N}]"]
+    + r"+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 _NAMED_SPECIALS = [
     "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",

@@ -578,3 +578,64 @@ def test_the_listing_check_counts_the_lines_of_checks():
     assert check_lines(two) == [2, 3, 4]
     guarded = ast.parse("def f(x):\n    x = x * 2\n    check_finite('x', x)\n    return x\n").body[0]
     assert check_lines(guarded) == [3] and check_lines(guarded, guard="check_finite") == []
+
+
+# ------------------------------------------------------------ printed listings fit the column
+# At 1280 px the book's column holds about 80 characters of its monospace type (measured in the
+# browser by site_tests/test_reader_listings.py), so every line the book prints from llama_course/
+# is at most LISTING_WIDTH characters (llama_course/ruff.toml's line length), as printed (after
+# :dedent:). Files other work is still rewriting are left out until it merges (issue 34).
+LISTING_WIDTH = 79
+NARROWED_AFTER_THE_REDESIGN = {"llama_course/attention.py", "llama_course/mla.py", "llama_course/moe.py",
+                               "llama_course/deepseek_moe.py", "llama_course/train.py",
+                               "llama_course/distributed.py", "llama_course/tensor_parallel.py"}
+DIRECTIVE = re.compile(r"```\{literalinclude\} \.\./(llama_course/[\w/]+\.py)\n((?::[\w-]+:[^\n]*\n)*)")
+
+
+def listing_lines(path: str, options: dict[str, str]) -> list[str]:
+    """The lines a literalinclude of ``path`` with ``options`` prints, as Sphinx selects them."""
+    lines = (REPO / path).read_text(encoding="utf-8").splitlines()
+    if "pyobject" in options:
+        node = printed_node(path, options["pyobject"])
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        lines = lines[start - 1:node.end_lineno]
+    if "start-at" in options:
+        at = options["start-at"].strip('"')
+        lines = lines[next(i for i, line in enumerate(lines) if at in line):]
+    if "end-at" in options:
+        at = options["end-at"].strip('"')
+        lines = lines[:next(i for i, line in enumerate(lines) if at in line) + 1]
+    if "end-before" in options:
+        at = options["end-before"].strip('"')
+        lines = lines[:next(i for i, line in enumerate(lines) if at in line)]
+    dedent = int(options.get("dedent", 0))
+    return [line[dedent:] for line in lines]
+
+
+def printed_listings() -> list[tuple[str, dict[str, str], list[str]]]:
+    found = []
+    for p in NOTEBOOKS:
+        for c in cells(p):
+            if c["cell_type"] == "markdown":
+                for m in DIRECTIVE.finditer("".join(c["source"])):
+                    options = dict(re.findall(r":([\w-]+): ?([^\n]*)", m.group(2)))
+                    found.append((m.group(1), options, listing_lines(m.group(1), options)))
+    return found
+
+
+def test_printed_listings_fit_the_column():
+    listings = printed_listings()
+    assert len(listings) > 40, f"found only {len(listings)} listings: the pattern is broken"
+    wide = [f"{path} {options.get('pyobject') or options.get('start-at')}: {len(line)} characters: "
+            f"{line.strip()[:50]!r}"
+            for path, options, lines in listings if path not in NARROWED_AFTER_THE_REDESIGN
+            for line in lines if len(line) > LISTING_WIDTH]
+    assert not wide, f"{len(wide)} printed lines wider than {LISTING_WIDTH} characters:\n" + "\n".join(wide)
+
+
+def test_the_listing_width_check_reads_the_directive_as_sphinx_does():
+    lines = listing_lines("llama_course/model.py", {"pyobject": "Attention.forward",
+                                                    "start-at": "if self.window is not None",
+                                                    "end-at": "mask = window_mask", "dedent": "8"})
+    assert lines[0].startswith("if self.window is not None") and "window_mask" in lines[-1]
+    assert listing_lines("llama_course/norm.py", {"pyobject": "rms_norm"})[0].startswith("def rms_norm(")
