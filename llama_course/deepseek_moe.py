@@ -1,12 +1,17 @@
 """DeepSeekMoE (Chapter 12; DeepSeek-V3): Chapter 10's MoE plus these changes.
 
-    s       = sigmoid(x W_r^T)                       (N, E) each expert's affinity, float32
-    s'      = s + b                                  b: the balancing bias, used to *choose* only
-    group   = sum of the 2 largest s' in each of G groups            (N, G)
+    s     = sigmoid(x W_r^T)                (N, E) each expert's affinity,
+                                            float32
+    s'    = s + b                           b: the balancing bias, used to
+                                            *choose* only
+    group = sum of the 2 largest s' in each of G groups    (N, G)
     keep the topk_group best groups; experts of other groups cannot be chosen
-    e       = top-k of s' among the kept experts     (N, k)
-    w       = s_e / sum_j s_e_j * routed_scaling_factor              weights from s, never from s'
-    y       = Shared(x) + sum_j w_j Expert_{e_j}(x)  every token also passes the shared experts
+    e     = top-k of s' among the kept experts             (N, k)
+    w     = s_e / sum_j s_e_j * routed_scaling_factor
+                                            weights from s, never from s'
+    y     = Shared(x) + sum_j w_j Expert_{e_j}(x)
+                                            every token also passes the
+                                            shared experts
 
 The routing is moe.route_topk with DeepSeek's arguments (score="sigmoid",
 the bias, the groups, the scaling); the dispatch is MoE.forward's, unchanged.
@@ -43,24 +48,34 @@ def group_limited_topk(scores: torch.Tensor, top_k: int, n_group: int = 1,
     return kept.topk(top_k, dim=-1).indices                # (N, k)
 
 
-def update_balancing_bias(bias: torch.Tensor, experts: torch.Tensor, rate: float = 1e-3) -> torch.Tensor:
-    """One step of auxiliary-loss-free balancing: b_e - rate * sign(load_e - mean load).
+def update_balancing_bias(bias: torch.Tensor, experts: torch.Tensor,
+                          rate: float = 1e-3) -> torch.Tensor:
+    """One step of auxiliary-loss-free balancing:
+    b_e - rate * sign(load_e - mean load).
 
-    ``experts`` (N, k) are the choices of the last batch; ``bias`` (E,). Returns the new bias."""
-    load = torch.bincount(experts.reshape(-1), minlength=bias.shape[0]).to(bias.dtype)  # (E,) tokens per expert
-    return bias - rate * torch.sign(load - load.mean())                       # (E,)
+    ``experts`` (N, k) are the choices of the last batch; ``bias`` (E,).
+    Returns the new bias."""
+    # (E,) tokens per expert
+    load = torch.bincount(experts.reshape(-1),
+                          minlength=bias.shape[0]).to(bias.dtype)
+    return bias - rate * torch.sign(load - load.mean())       # (E,)
 
 
 class Router(nn.Linear):
-    """The gate: nn.Linear(d_model, E) without bias, plus the buffer ``e_score_correction_bias`` (E,)."""
+    """The gate: nn.Linear(d_model, E) without bias, plus the buffer
+    ``e_score_correction_bias`` (E,)."""
 
     def __init__(self, d_model: int, n_experts: int, device=None, dtype=None):
-        super().__init__(d_model, n_experts, bias=False, device=device, dtype=dtype)
-        self.register_buffer("e_score_correction_bias", torch.zeros(n_experts, device=device, dtype=torch.float32))
+        super().__init__(d_model, n_experts, bias=False, device=device,
+                         dtype=dtype)
+        self.register_buffer(
+            "e_score_correction_bias",
+            torch.zeros(n_experts, device=device, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(x.dtype, torch.float32)
-        return F.linear(x.to(dtype), self.weight.to(dtype))                  # (N, E) logits, at least float32
+        # (N, E) logits, at least float32
+        return F.linear(x.to(dtype), self.weight.to(dtype))
 
 
 class DeepSeekMoE(MoE):

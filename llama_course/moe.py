@@ -1,16 +1,22 @@
-"""Mixture of Experts (Chapter 10): many SwiGLU FFNs per layer, a router picks k for each token.
+"""Mixture of Experts (Chapter 10): many SwiGLU FFNs per layer, a router picks
+k for each token.
 
-    p       = softmax(x W_router^T)                 (N, E) in float32 (at least): how each expert fits
-    w, e    = top-k of p                            the k best experts of every token
-    w       = w / sum(w)                            renormalised (Mixtral; Qwen3-MoE's default skips it)
-    y       = sum_j w_j * Expert_{e_j}(x)           only k of the E experts run for a token
+    p    = softmax(x W_router^T)         (N, E) in float32 (at least): how
+                                         each expert fits
+    w, e = top-k of p                    the k best experts of every token
+    w    = w / sum(w)                    renormalised (Mixtral; Qwen3-MoE's
+                                         default skips it)
+    y    = sum_j w_j * Expert_{e_j}(x)   only k of the E experts run for a
+                                         token
 
-Tokens are grouped by expert (a sort), each expert runs once on its group, and the results are
-added back with index_add_: the work is k / E of running every expert on every token.
+Tokens are grouped by expert (a sort), each expert runs once on its group,
+and the results are added back with index_add_: the work is k / E of running
+every expert on every token.
 
-Auxiliary losses: load balancing (Switch Transformer / Mixtral, as in transformers) and the
-router z-loss (ST-MoE). Optional capacity factor (None: no limit): each expert takes at most
-ceil(capacity_factor * N * k / E) assignments; the rest are dropped (in token order).
+Auxiliary losses: load balancing (Switch Transformer / Mixtral, as in
+transformers) and the router z-loss (ST-MoE). Optional capacity factor (None:
+no limit): each expert takes at most ceil(capacity_factor * N * k / E)
+assignments; the rest are dropped (in token order).
 """
 
 from __future__ import annotations
@@ -30,20 +36,28 @@ from .checks import (
 from .ffn import SwiGLU
 
 
-def _layers(router_logits, n_experts: int | None = None) -> tuple[torch.Tensor, ...]:
-    """One (N, E) tensor or a tuple/list of them (one per layer) -> a non-empty tuple of floating
-    tensors with E = n_experts (when given) and at least one token."""
-    layers = tuple(router_logits) if isinstance(router_logits, (tuple, list)) else (router_logits,)
+def _layers(router_logits,
+            n_experts: int | None = None) -> tuple[torch.Tensor, ...]:
+    """One (N, E) tensor or a tuple/list of them (one per layer) -> a
+    non-empty tuple of floating tensors with E = n_experts (when given) and
+    at least one token."""
+    layers = (tuple(router_logits)
+              if isinstance(router_logits, (tuple, list))
+              else (router_logits,))
     if not layers:
-        raise ValueError("router_logits must be an (N, n_experts) tensor or a non-empty tuple of them")
+        raise ValueError("router_logits must be an (N, n_experts) tensor or "
+                         "a non-empty tuple of them")
     for i, logits in enumerate(layers):
         check_tensor(f"router_logits[{i}]", logits, min_ndim=1, floating=True,
                      like=layers[0], like_name="router_logits[0]")
         if n_experts is not None and logits.shape[-1] != n_experts:
-            raise ValueError(f"router logits have {logits.shape[-1]} experts in their last dimension, "
+            raise ValueError(f"router logits have {logits.shape[-1]} experts "
+                             "in their last dimension, "
                              f"expected n_experts={n_experts}")
         if logits.numel() == 0:
-            raise ValueError(f"router_logits[{i}] of shape {tuple(logits.shape)} hold no tokens: the loss is undefined")
+            raise ValueError(f"router_logits[{i}] of shape "
+                             f"{tuple(logits.shape)} hold no tokens: "
+                             "the loss is undefined")
     return layers
 
 
@@ -127,20 +141,25 @@ class MoE(nn.Module):
     over capacity) are kept.
     """
 
-    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int, normalize_topk: bool = True,
-                 capacity_factor: float | None = None, device=None, dtype=None,
-                 gate: nn.Module | None = None):
+    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int,
+                 normalize_topk: bool = True,
+                 capacity_factor: float | None = None, device=None,
+                 dtype=None, gate: nn.Module | None = None):
         super().__init__()
-        check_int("top_k", top_k, 1, check_positive_int("n_experts", n_experts))
+        check_int("top_k", top_k, 1,
+                  check_positive_int("n_experts", n_experts))
         if capacity_factor is not None:   # None: no limit
             check_positive_number("capacity_factor", capacity_factor)
         self.n_experts, self.top_k = n_experts, top_k
-        self.normalize_topk, self.capacity_factor = normalize_topk, capacity_factor
+        self.normalize_topk, self.capacity_factor = (normalize_topk,
+                                                     capacity_factor)
         if gate is None:
             gate = nn.Linear(d_model, n_experts, bias=False, device=device,
                              dtype=dtype)
         self.gate = gate
-        self.experts = nn.ModuleList(SwiGLU(d_model, d_ff, device=device, dtype=dtype) for _ in range(n_experts))
+        self.experts = nn.ModuleList(
+            SwiGLU(d_model, d_ff, device=device, dtype=dtype)
+            for _ in range(n_experts))
         self.router_logits: torch.Tensor | None = None
         self.dropped = 0
 
@@ -149,81 +168,103 @@ class MoE(nn.Module):
         return route_topk(logits, self.top_k, self.normalize_topk)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, min_ndim=1, floating=True, like=self.gate.weight, like_name="the router's weight")
+        check_tensor("x", x, min_ndim=1, floating=True, like=self.gate.weight,
+                     like_name="the router's weight")
         shape = x.shape
-        x = x.reshape(-1, shape[-1])                                    # (N, d) every token
-        logits = self.gate(x)                                           # (N, E)
-        weights, experts = self.route(logits)             # (N, k), (N, k)
+        x = x.reshape(-1, shape[-1])                 # (N, d) every token
+        logits = self.gate(x)                        # (N, E)
+        weights, experts = self.route(logits)        # (N, k), (N, k)
         self.router_logits = logits
 
-        flat_expert = experts.reshape(-1)                               # (N*k,) one row per assignment
-        flat_token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)  # (N*k,)
-        flat_weight = weights.reshape(-1)                               # (N*k,)
-        order = flat_expert.argsort(stable=True)                        # assignments grouped by expert
+        flat_expert = experts.reshape(-1)  # (N*k,) one row per assignment
+        flat_token = (torch.arange(x.shape[0], device=x.device)
+                      .repeat_interleave(self.top_k))            # (N*k,)
+        flat_weight = weights.reshape(-1)                        # (N*k,)
+        # assignments grouped by expert
+        order = flat_expert.argsort(stable=True)
         counts = torch.bincount(flat_expert, minlength=self.n_experts).tolist()
-        capacity = math.ceil(self.capacity_factor * x.shape[0] * self.top_k / self.n_experts) \
-            if self.capacity_factor is not None else None
+        capacity = (math.ceil(self.capacity_factor * x.shape[0] * self.top_k
+                              / self.n_experts)
+                    if self.capacity_factor is not None else None)
 
-        out = torch.zeros_like(x)                                       # (N, d)
+        out = torch.zeros_like(x)                    # (N, d)
         start, dropped = 0, 0
-        for e, count in enumerate(counts):                              # a loop over experts, not tokens
-            chosen = order[start:start + count]                         # this expert's assignments, token order
+        for e, count in enumerate(counts):  # a loop over experts, not tokens
+            # this expert's assignments, token order
+            chosen = order[start:start + count]
             start += count
             if capacity is not None and count > capacity:
                 dropped += count - capacity
-                chosen = chosen[:capacity]                              # over capacity: dropped
+                chosen = chosen[:capacity]       # over capacity: dropped
             if chosen.numel() == 0:
                 continue
-            tokens = flat_token[chosen]                                 # (n_e,)
-            y = self.experts[e](x[tokens]) * flat_weight[chosen, None]  # (n_e, d) weighted in float32
-            out.index_add_(0, tokens, y.to(x.dtype))                    # combine: sum over the k experts
+            tokens = flat_token[chosen]                  # (n_e,)
+            # (n_e, d) weighted in float32
+            y = self.experts[e](x[tokens]) * flat_weight[chosen, None]
+            # combine: sum over the k experts
+            out.index_add_(0, tokens, y.to(x.dtype))
         self.dropped = dropped
         return out.reshape(shape)
 
 
-def load_balancing_loss(router_logits, n_experts: int, top_k: int,
-                        attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+def load_balancing_loss(
+        router_logits, n_experts: int, top_k: int,
+        attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Switch/Mixtral auxiliary loss, as transformers computes it:
 
-        f_e = (top-k assignments to expert e) / tokens      (sums to k)
+        f_e = (top-k assignments to expert e) / tokens    (sums to k)
         P_e = mean router probability of expert e
-        loss = E * sum_e f_e * P_e                           (= k when perfectly balanced)
+        loss = E * sum_e f_e * P_e        (= k when perfectly balanced)
 
-    ``router_logits``: one (N, E) tensor or a tuple of them (one per layer, pooled).
-    ``attention_mask`` (batch, seq) of 0/1 leaves padding out.
+    ``router_logits``: one (N, E) tensor or a tuple of them (one per layer,
+    pooled). ``attention_mask`` (batch, seq) of 0/1 leaves padding out.
     """
     layers = _check_balancing(router_logits, n_experts, top_k, attention_mask)
-    device, dtype = layers[0].device, torch.promote_types(layers[0].dtype, torch.float32)  # at least float32
-    assigned = torch.zeros(n_experts, device=device, dtype=dtype)             # top-k assignments per expert
-    probability = torch.zeros(n_experts, device=device, dtype=dtype)          # router probability per expert
-    rows = torch.zeros((), device=device, dtype=dtype)                        # tokens counted
+    # at least float32
+    device, dtype = (layers[0].device,
+                     torch.promote_types(layers[0].dtype, torch.float32))
+    # top-k assignments per expert, router probability per expert
+    assigned = torch.zeros(n_experts, device=device, dtype=dtype)
+    probability = torch.zeros(n_experts, device=device, dtype=dtype)
+    rows = torch.zeros((), device=device, dtype=dtype)  # tokens counted
     for logits in layers:
-        probs = torch.softmax(logits.to(dtype).reshape(-1, n_experts), dim=-1)  # (N, E)
-        chosen = probs.topk(top_k, dim=-1).indices                            # (N, k)
+        probs = torch.softmax(logits.to(dtype).reshape(-1, n_experts),
+                              dim=-1)                             # (N, E)
+        chosen = probs.topk(top_k, dim=-1).indices                # (N, k)
+        # (N,) 1 = a real token
         keep = probs.new_ones(probs.shape[0]) if attention_mask is None else \
-            attention_mask.reshape(-1).to(device=device, dtype=dtype)          # (N,) 1 = a real token
-        assigned = assigned.scatter_add(0, chosen.reshape(-1), keep.repeat_interleave(top_k))
+            attention_mask.reshape(-1).to(device=device, dtype=dtype)
+        assigned = assigned.scatter_add(0, chosen.reshape(-1),
+                                        keep.repeat_interleave(top_k))
         probability = probability + (probs * keep[:, None]).sum(dim=0)
         rows = rows + keep.sum()
-    rows = rows.clamp(min=1)                                                  # every token masked: loss 0
+    rows = rows.clamp(min=1)                     # every token masked: loss 0
     return n_experts * torch.sum((assigned / rows) * (probability / rows))
 
 
-def _check_balancing(router_logits, n_experts, top_k, attention_mask) -> tuple[torch.Tensor, ...]:
+def _check_balancing(router_logits, n_experts, top_k,
+                     attention_mask) -> tuple[torch.Tensor, ...]:
     check_int("top_k", top_k, 1, check_positive_int("n_experts", n_experts))
     layers = _layers(router_logits, n_experts)
     if attention_mask is not None:
-        check_tensor("attention_mask", attention_mask, like=layers[0], like_name="router_logits")
+        check_tensor("attention_mask", attention_mask, like=layers[0],
+                     like_name="router_logits")
         for logits in layers:
             if attention_mask.numel() != logits.numel() // n_experts:
-                raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must have one entry per token "
-                                 f"of the router logits {tuple(logits.shape)}")
+                raise ValueError(
+                    f"attention_mask {tuple(attention_mask.shape)} must have "
+                    "one entry per token of the router logits "
+                    f"{tuple(logits.shape)}")
     return layers
 
 
 def router_z_loss(router_logits) -> torch.Tensor:
-    """ST-MoE's z-loss: mean over tokens of logsumexp(router logits)^2; keeps the logits small."""
+    """ST-MoE's z-loss: mean over tokens of logsumexp(router logits)^2; keeps
+    the logits small."""
     layers = _layers(router_logits)
-    dtype = torch.promote_types(layers[0].dtype, torch.float32)                            # at least float32
-    z = torch.cat([torch.logsumexp(l.to(dtype).reshape(-1, l.shape[-1]), dim=-1) for l in layers])  # (all N,)
+    # at least float32
+    dtype = torch.promote_types(layers[0].dtype, torch.float32)
+    z = torch.cat([torch.logsumexp(l.to(dtype).reshape(-1, l.shape[-1]),
+                                   dim=-1)
+                   for l in layers])                        # (all N,)
     return z.pow(2).mean()
