@@ -161,15 +161,15 @@ class MultiHeadLatentAttention(nn.Module):
     def absorbed(self, q_nope, q_pe, c_kv, k_pe, mask=None) -> torch.Tensor:
         """Attend in the latent space: W_UK folded into the query, W_UV
         applied after. (B, H, T, d_v)."""
-        w_uk, w_uv = self.up_weights()          # (H, d_n, r), (H, d_v, r)
+        w_uk, w_uv = self.up_weights()           # (H, d_n, r), (H, d_v, r)
         q_latent = torch.einsum("bhtn,hnr->bhtr",
-                                q_nope, w_uk)   # (B, H, T, r)
-        q = torch.cat([q_latent, q_pe], dim=-1)   # (B, H, T, r + d_r)
-        k = torch.cat([c_kv, k_pe], dim=-1)     # (B, 1, S, r + d_r) all heads
+                                q_nope, w_uk)    # (B, H, T, r)
+        q = torch.cat([q_latent, q_pe], dim=-1)  # (B, H, T, r + d_r)
+        k = torch.cat([c_kv, k_pe], dim=-1)      # (B, 1, S, r + d_r) all heads
         out_latent = scaled_dot_product_attention(
             q, k, c_kv, mask, scale=self.scale)  # (B, H, T, r) v = c_kv
         return torch.einsum("bhtr,hvr->bhtv",
-                            out_latent, w_uv)   # (B, H, T, d_v)
+                            out_latent, w_uv)    # (B, H, T, d_v)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None, cache=None,

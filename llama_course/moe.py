@@ -176,7 +176,8 @@ class MoE(nn.Module):
         weights, experts = self.route(logits)        # (N, k), (N, k)
         self.router_logits = logits
 
-        flat_expert = experts.reshape(-1)  # (N*k,) one row per assignment
+        # one row per assignment
+        flat_expert = experts.reshape(-1)                        # (N*k,)
         flat_token = (torch.arange(x.shape[0], device=x.device)
                       .repeat_interleave(self.top_k))            # (N*k,)
         flat_weight = weights.reshape(-1)                        # (N*k,)
