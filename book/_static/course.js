@@ -89,7 +89,8 @@ document.addEventListener("DOMContentLoaded", () => {
     const h = window.innerHeight - 2 * PAD;
     const upright = Math.min(w, h / ratio);    // the widest it can be, all of it seen
     const turned = Math.min(h, w / ratio);     // the same, turned a quarter
-    const turn = turned > upright * TURN;
+    // turned when that is much larger, or when only turned is it readable whole
+    const turn = turned > upright * TURN || (upright < min && turned >= min);
     const best = turn ? turned : upright;
     // all of it at once when that is readable; else upright at its readable width, scrolling
     const width = best >= min ? best : min;
